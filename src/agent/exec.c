@@ -1,0 +1,672 @@
+/* Running commands inside the sandbox.
+ *
+ * Each command runs as `sh -lc CMD` (or a given argv) in its own session and process group,
+ * stdin /dev/null, in the requested working directory. Foreground commands stream stdout and
+ * stderr back on the requesting connection, each capped (bytes past the cap are counted and
+ * dropped), and end with an EXIT frame. On timeout the whole process group is killed and the
+ * partial output kept. The call returns as soon as the shell itself exits: whatever is already
+ * in the pipes is drained, but a background child that still holds a pipe open does not delay
+ * the answer and keeps running.
+ *
+ * Background commands (execd's `background: true`) write stdout and stderr to one pipe that the
+ * main loop copies into a capped in-memory log (memfd), read with CMD_LOGS by byte cursor.
+ *
+ * Commands are clone children with exit signal 0 (see server.c); each is waited for through its
+ * pidfd. The child code between clone and exec only makes async-signal-safe calls: sbx-init is
+ * multithreaded. */
+#include "agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define MAX_CMDS 256
+#define BG_LOG_CAP (64u << 20)
+#define DEFAULT_CAP (10u << 20)
+
+enum { COOKIE_PID = 1, COOKIE_OUT = 2 };
+
+struct cmd;
+struct cookie {
+  int kind;
+  struct cmd *cmd;
+};
+
+struct cmd {
+  bool used;
+  char id[65];
+  pid_t pid;
+  int pidfd;  /* background only: owned by the table */
+  int out_fd; /* background only: read end of the output pipe */
+  int log_fd; /* background only: memfd with the output */
+  uint64_t log_len, log_total;
+  bool background, running, timed_out;
+  int exit_code; /* negative: killed by that signal */
+  uint64_t started_ms, finished_ms, seq;
+  struct cookie pid_cookie, out_cookie;
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cmd table[MAX_CMDS];
+static uint64_t table_seq;
+static int epoll_fd = -1;
+
+void agent_exec_init(int ep)
+{
+  epoll_fd = ep;
+  /* Keep sbx-init out of the memory cgroup OOM killer's way; commands reset it to 0. */
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void) !write(fd, "-999", 4);
+    close(fd);
+  }
+}
+
+/* Finds a slot: a free one, else the oldest finished command. Called with table_lock held. */
+static struct cmd *table_alloc(void)
+{
+  struct cmd *best = NULL;
+  for (int i = 0; i < MAX_CMDS; i++) {
+    struct cmd *c = &table[i];
+    if (!c->used)
+      return c;
+    if (!c->running && c->out_fd < 0 && (best == NULL || c->seq < best->seq))
+      best = c;
+  }
+  if (best && best->log_fd >= 0)
+    close(best->log_fd);
+  return best;
+}
+
+static struct cmd *table_find(const char *id)
+{
+  for (int i = 0; i < MAX_CMDS; i++)
+    if (table[i].used && strcmp(table[i].id, id) == 0)
+      return &table[i];
+  return NULL;
+}
+
+/* ---- the child side: async-signal-safe only ---- */
+
+static void child_write(const char *s)
+{
+  (void) !write(2, s, strlen(s));
+}
+
+struct spawn_args {
+  const char *path;
+  char *const *argv;
+  char *const *envp;
+  const char *cwd;
+  int in, out, err;
+};
+
+static _Noreturn void child_exec(const struct spawn_args *a)
+{
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  setsid();
+  if (dup2(a->in, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->err, 2) < 0)
+    _exit(126);
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void) !write(fd, "0", 1);
+    close(fd);
+  }
+  if (chdir(a->cwd) < 0) {
+    child_write("sbx-init: cannot enter the working directory ");
+    child_write(a->cwd);
+    child_write("\n");
+    _exit(126);
+  }
+  syscall(SYS_close_range, 3, ~0U, 0);
+  execve(a->path, a->argv, a->envp);
+  child_write("sbx-init: cannot execute ");
+  child_write(a->path);
+  child_write(errno == ENOENT ? ": No such file or directory\n" : ": exec failed\n");
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+static pid_t spawn(const struct spawn_args *a, int *pidfd)
+{
+  int pfd = -1;
+  /* exit signal 0: a "clone child", invisible to PID 1's waitpid(-1) */
+  long pid = syscall(SYS_clone, (unsigned long) CLONE_PIDFD, NULL, &pfd, NULL, 0UL);
+  if (pid == 0)
+    child_exec(a);
+  if (pid < 0)
+    return -1;
+  *pidfd = pfd;
+  return (pid_t) pid;
+}
+
+/* ---- request parsing ---- */
+
+struct exec_req {
+  char *cmd;
+  sbx_strv_t argv;
+  sbx_strv_t env;
+  char *cwd;
+  char *id;
+  uint64_t timeout_ms, out_cap, err_cap, flags;
+};
+
+static void exec_req_free(struct exec_req *r)
+{
+  free(r->cmd);
+  sbx_strv_free(&r->argv);
+  sbx_strv_free(&r->env);
+  free(r->cwd);
+  free(r->id);
+}
+
+static int parse_exec(const char *p, size_t len, struct exec_req *r, sbx_error_t *err)
+{
+  memset(r, 0, sizeof *r);
+  if (sbx_tlv_get_str(p, len, SBX_T_CMD, &r->cmd) < 0 ||
+      sbx_tlv_get_str(p, len, SBX_T_CWD, &r->cwd) < 0 ||
+      sbx_tlv_get_str(p, len, SBX_T_ID, &r->id) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_TIMEOUT_MS, 0, &r->timeout_ms) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_OUT_CAP, DEFAULT_CAP, &r->out_cap) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_ERR_CAP, DEFAULT_CAP, &r->err_cap) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_FLAGS, 0, &r->flags) < 0)
+    return sbx_make_error(err, EPROTO, SBX_E_INVALID, "malformed exec request");
+  sbx_tlv_reader_t rd;
+  sbx_tlv_t f;
+  sbx_tlv_reader_init(&rd, p, len);
+  while (sbx_tlv_next(&rd, &f) > 0) {
+    if (f.tag != SBX_T_ARG && f.tag != SBX_T_ENV)
+      continue;
+    if (memchr(f.data, '\0', f.len))
+      return sbx_make_error(err, 0, SBX_E_INVALID, "argument or environment contains NUL");
+    sbx_strv_push_owned(f.tag == SBX_T_ARG ? &r->argv : &r->env,
+                        xstrndup((const char *) f.data, f.len));
+  }
+  if ((r->flags & SBX_EXEC_ARGV) ? r->argv.n == 0 : (r->cmd == NULL || r->cmd[0] == '\0'))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
+  if (r->id && (strlen(r->id) == 0 || strlen(r->id) > 64))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "command id must be 1-64 characters");
+  if (r->cwd == NULL)
+    r->cwd = xstrdup("/mnt/user-data/workspace");
+  return 0;
+}
+
+/* Defaults, then the request's variables (later ones win). */
+static char **build_env(const struct exec_req *r, sbx_strv_t *out)
+{
+  static const char *const defaults[] = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "HOME=/root",
+      "USER=root",
+      "LOGNAME=root",
+      "SHELL=/bin/sh",
+      "LANG=C.UTF-8",
+  };
+  sbx_strv_t all = {0};
+  for (size_t i = 0; i < ARRAY_SIZE(defaults); i++)
+    sbx_strv_push(&all, defaults[i]);
+  sbx_strv_push_owned(&all, xasprintf("PWD=%s", r->cwd));
+  for (size_t i = 0; i < r->env.n; i++)
+    sbx_strv_push(&all, r->env.v[i]);
+  /* keep the last definition of each key */
+  for (size_t i = 0; i < all.n; i++) {
+    size_t klen = strcspn(all.v[i], "=");
+    bool shadowed = false;
+    for (size_t j = i + 1; j < all.n && !shadowed; j++)
+      shadowed = strncmp(all.v[i], all.v[j], klen + 1) == 0;
+    if (!shadowed)
+      sbx_strv_push(out, all.v[i]);
+  }
+  sbx_strv_free(&all);
+  return out->v;
+}
+
+/* The absolute path to execute for argv mode (PATH search done here, before clone). */
+static char *resolve_exec(const char *name)
+{
+  if (strchr(name, '/'))
+    return xstrdup(name);
+  static const char *const dirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
+                                     "/usr/bin",        "/sbin",          "/bin"};
+  for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+    char *p = xasprintf("%s/%s", dirs[i], name);
+    if (access(p, X_OK) == 0)
+      return p;
+    free(p);
+  }
+  return xstrdup(name);
+}
+
+static int check_cwd(const char *cwd, sbx_error_t *err)
+{
+  if (cwd[0] != '/')
+    return sbx_make_error(err, 0, SBX_E_INVALID, "working directory must be absolute: %s", cwd);
+  struct stat st;
+  if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "working directory does not exist: %s", cwd);
+  return 0;
+}
+
+static void kill_group(pid_t pid, int sig)
+{
+  if (kill(-pid, sig) < 0)
+    kill(pid, sig);
+}
+
+static int exit_code_of(const siginfo_t *si)
+{
+  if (si->si_code == CLD_EXITED)
+    return si->si_status;
+  return -si->si_status;
+}
+
+static int send_started(struct agent_conn *c, const char *id, pid_t pid)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_ID, id);
+  sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
+  int r = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx_tlv_free(&w);
+  return r;
+}
+
+struct stream {
+  int fd;
+  uint16_t type;
+  uint64_t cap, kept, total;
+};
+
+enum { PUMP_EOF = 0, PUMP_AGAIN = 1, PUMP_DATA = 2 };
+
+/* Reads what is available from s and forwards what fits under the cap. */
+static int pump(struct agent_conn *c, struct stream *s, char *buf, size_t bufsz, bool *client_gone)
+{
+  ssize_t n = read(s->fd, buf, bufsz);
+  if (n < 0)
+    return errno == EAGAIN || errno == EINTR ? PUMP_AGAIN : PUMP_EOF;
+  if (n == 0)
+    return PUMP_EOF;
+  s->total += (uint64_t) n;
+  uint64_t room = s->kept < s->cap ? s->cap - s->kept : 0;
+  size_t take = (uint64_t) n < room ? (size_t) n : (size_t) room;
+  if (take > 0) {
+    s->kept += take;
+    if (!*client_gone && sbx_frame_send(c->fd, s->type, c->req, buf, take) < 0)
+      *client_gone = true;
+  }
+  return PUMP_DATA;
+}
+
+static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background, sbx_error_t *err)
+{
+  pthread_mutex_lock(&table_lock);
+  struct cmd *e = table_alloc();
+  if (e == NULL) {
+    pthread_mutex_unlock(&table_lock);
+    sbx_make_error(err, 0, SBX_E_BUSY, "too many commands running (%d)", MAX_CMDS);
+    return NULL;
+  }
+  memset(e, 0, sizeof *e);
+  e->used = true;
+  e->pid = pid;
+  e->pidfd = e->out_fd = e->log_fd = -1;
+  e->background = background;
+  e->running = true;
+  e->started_ms = sbx_realtime_ms();
+  e->seq = ++table_seq;
+  if (want_id)
+    snprintf(e->id, sizeof e->id, "%s", want_id);
+  else
+    sbx_random_hex(e->id, 32);
+  pthread_mutex_unlock(&table_lock);
+  return e;
+}
+
+static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *path,
+                          char **argv, char **envp, sbx_error_t *err)
+{
+  bool merge = r->flags & SBX_EXEC_MERGE_OUTPUT;
+  int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+  cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || (!merge && pipe2(errp, O_CLOEXEC) < 0)) {
+    sbx_make_error(err, errno, SBX_E_IO, "create pipes");
+    goto fail_pipes;
+  }
+  struct spawn_args a = {.path = path,
+                         .argv = argv,
+                         .envp = envp,
+                         .cwd = r->cwd,
+                         .in = devnull,
+                         .out = outp[1],
+                         .err = merge ? outp[1] : errp[1]};
+  int pidfd_raw = -1;
+  pid_t pid = spawn(&a, &pidfd_raw);
+  if (pid < 0) {
+    sbx_make_error(err, errno, SBX_E_IO, "start the command");
+    goto fail_pipes;
+  }
+  cleanup_close int pidfd = pidfd_raw;
+  close(outp[1]);
+  if (errp[1] >= 0)
+    close(errp[1]);
+  cleanup_close int out_r = outp[0];
+  cleanup_close int err_r = errp[0];
+  fcntl(out_r, F_SETFL, O_NONBLOCK);
+  if (err_r >= 0)
+    fcntl(err_r, F_SETFL, O_NONBLOCK);
+
+  struct cmd *e = register_cmd(r->id, pid, false, NULL);
+  bool client_gone = send_started(c, e ? e->id : "", pid) < 0;
+  bool kill_on_gone = r->flags & SBX_EXEC_KILL_ON_DISCONNECT;
+  if (client_gone && kill_on_gone)
+    kill_group(pid, SIGKILL);
+
+  struct stream so = {out_r, SBX_MSG_STDOUT, r->out_cap, 0, 0};
+  struct stream se = {err_r, SBX_MSG_STDERR, r->err_cap, 0, 0};
+  uint64_t start = sbx_now_ms();
+  uint64_t deadline = r->timeout_ms ? start + r->timeout_ms : 0;
+  bool timed_out = false, exited = false;
+  siginfo_t si = {0};
+  cleanup_free char *buf = xmalloc(65536);
+  while (!exited) {
+    struct pollfd fds[4] = {{so.fd, POLLIN, 0},
+                            {se.fd, POLLIN, 0},
+                            {pidfd, POLLIN, 0},
+                            {client_gone ? -1 : c->fd, POLLIN, 0}};
+    int timeout = -1;
+    if (deadline) {
+      uint64_t now = sbx_now_ms();
+      timeout = now >= deadline ? 0 : (int) (deadline - now);
+    }
+    int n = poll(fds, 4, timeout);
+    if (n < 0 && errno != EINTR)
+      break;
+    if (deadline && sbx_now_ms() >= deadline) {
+      kill_group(pid, SIGKILL);
+      timed_out = true;
+      deadline = 0;
+    }
+    if (n <= 0)
+      continue;
+    if (fds[0].revents && pump(c, &so, buf, 65536, &client_gone) == PUMP_EOF)
+      so.fd = -1;
+    if (fds[1].revents && pump(c, &se, buf, 65536, &client_gone) == PUMP_EOF)
+      se.fd = -1;
+    if (fds[3].revents) {
+      /* the only thing a client may send during an exec is SIGNAL */
+      sbx_frame_hdr_t hdr;
+      cleanup_free char *payload = NULL;
+      if (sbx_frame_recv(c->fd, &hdr, &payload, 4096) < 0 || hdr.type != SBX_MSG_SIGNAL) {
+        client_gone = true;
+        if (kill_on_gone)
+          kill_group(pid, SIGKILL);
+      } else {
+        uint64_t sig = SIGTERM;
+        sbx_tlv_get_u64(payload, hdr.len, SBX_T_SIGNO, SIGTERM, &sig);
+        if (sig > 0 && sig < 65)
+          kill_group(pid, (int) sig);
+      }
+    }
+    if (fds[2].revents) {
+      if (waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED | __WALL) == 0)
+        exited = true;
+    }
+  }
+  /* Drain what the shell left in the pipes; a background child holding them open does not
+   * keep us waiting (the read ends are non-blocking). */
+  while (so.fd >= 0 && pump(c, &so, buf, 65536, &client_gone) == PUMP_DATA)
+    ;
+  while (se.fd >= 0 && pump(c, &se, buf, 65536, &client_gone) == PUMP_DATA)
+    ;
+  int code = timed_out ? 124 : exit_code_of(&si);
+  if (e) {
+    pthread_mutex_lock(&table_lock);
+    e->running = false;
+    e->exit_code = code;
+    e->timed_out = timed_out;
+    e->finished_ms = sbx_realtime_ms();
+    pthread_mutex_unlock(&table_lock);
+  }
+  if (client_gone)
+    return -1;
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_i64(&w, SBX_T_CODE, code);
+  sbx_tlv_put_u64(&w, SBX_T_TIMED_OUT, timed_out);
+  sbx_tlv_put_u64(&w, SBX_T_SIGNALED, !timed_out && si.si_code != CLD_EXITED);
+  sbx_tlv_put_u64(&w, SBX_T_OUT_TOTAL, so.total);
+  sbx_tlv_put_u64(&w, SBX_T_ERR_TOTAL, se.total);
+  sbx_tlv_put_u64(&w, SBX_T_DURATION_MS, sbx_now_ms() - start);
+  int ret = sbx_frame_send_tlv(c->fd, SBX_MSG_EXIT, c->req, &w);
+  sbx_tlv_free(&w);
+  return ret;
+
+fail_pipes:
+  for (int i = 0; i < 2; i++) {
+    if (outp[i] >= 0)
+      close(outp[i]);
+    if (errp[i] >= 0)
+      close(errp[i]);
+  }
+  return -1;
+}
+
+static int run_background(struct agent_conn *c, struct exec_req *r, const char *path,
+                          char **argv, char **envp, sbx_error_t *err)
+{
+  int outp[2];
+  cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  cleanup_close int log_fd = memfd_create("sbx-command-log", MFD_CLOEXEC);
+  if (devnull < 0 || log_fd < 0 || pipe2(outp, O_CLOEXEC) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "create the command log");
+  struct spawn_args a = {.path = path,
+                         .argv = argv,
+                         .envp = envp,
+                         .cwd = r->cwd,
+                         .in = devnull,
+                         .out = outp[1],
+                         .err = outp[1]};
+  int pidfd = -1;
+  pid_t pid = spawn(&a, &pidfd);
+  close(outp[1]);
+  if (pid < 0) {
+    close(outp[0]);
+    return sbx_make_error(err, errno, SBX_E_IO, "start the command");
+  }
+  fcntl(outp[0], F_SETFL, O_NONBLOCK);
+  struct cmd *e = register_cmd(r->id, pid, true, err);
+  if (e == NULL) {
+    kill_group(pid, SIGKILL);
+    waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){0}, WEXITED | __WALL);
+    close(pidfd);
+    close(outp[0]);
+    return -1;
+  }
+  pthread_mutex_lock(&table_lock);
+  e->pidfd = pidfd;
+  e->out_fd = outp[0];
+  e->log_fd = steal_fd(&log_fd);
+  e->pid_cookie = (struct cookie){COOKIE_PID, e};
+  e->out_cookie = (struct cookie){COOKIE_OUT, e};
+  struct epoll_event ev1 = {.events = EPOLLIN, .data.ptr = &e->pid_cookie};
+  struct epoll_event ev2 = {.events = EPOLLIN, .data.ptr = &e->out_cookie};
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, pidfd, &ev1);
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, e->out_fd, &ev2);
+  char id[65];
+  snprintf(id, sizeof id, "%s", e->id);
+  pthread_mutex_unlock(&table_lock);
+  if (send_started(c, id, pid) < 0)
+    return -1;
+  return agent_reply_ok(c, NULL);
+}
+
+/* Main loop callback: a background command exited or wrote output. */
+void agent_exec_reap_background(void *cookie)
+{
+  struct cookie *k = cookie;
+  struct cmd *e = k->cmd;
+  pthread_mutex_lock(&table_lock);
+  if (k->kind == COOKIE_PID && e->pidfd >= 0) {
+    siginfo_t si = {0};
+    if (waitid(P_PIDFD, (id_t) e->pidfd, &si, WEXITED | WNOHANG | __WALL) == 0 && si.si_pid) {
+      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, e->pidfd, NULL);
+      close(e->pidfd);
+      e->pidfd = -1;
+      e->running = false;
+      e->exit_code = exit_code_of(&si);
+      e->finished_ms = sbx_realtime_ms();
+    }
+  } else if (k->kind == COOKIE_OUT && e->out_fd >= 0) {
+    char buf[65536];
+    ssize_t n = read(e->out_fd, buf, sizeof buf);
+    if (n > 0) {
+      e->log_total += (uint64_t) n;
+      size_t room = e->log_len < BG_LOG_CAP ? BG_LOG_CAP - e->log_len : 0;
+      size_t take = (size_t) n < room ? (size_t) n : room;
+      if (take && pwrite(e->log_fd, buf, take, (off_t) e->log_len) == (ssize_t) take)
+        e->log_len += take;
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, e->out_fd, NULL);
+      close(e->out_fd);
+      e->out_fd = -1;
+    }
+  }
+  pthread_mutex_unlock(&table_lock);
+}
+
+int agent_exec(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  struct exec_req r;
+  if (parse_exec(payload, len, &r, &err) < 0 || check_cwd(r.cwd, &err) < 0) {
+    exec_req_free(&r);
+    return agent_reply_error(c, &err);
+  }
+  sbx_strv_t env = {0};
+  char **envp = build_env(&r, &env);
+  cleanup_free char *path = NULL;
+  char sh[] = "sh", lc[] = "-lc";
+  char *shell_argv[] = {sh, lc, r.cmd, NULL};
+  char **argv = shell_argv;
+  if (r.flags & SBX_EXEC_ARGV) {
+    path = resolve_exec(r.argv.v[0]);
+    argv = r.argv.v;
+  } else {
+    path = xstrdup("/bin/sh");
+  }
+  int ret = (r.flags & SBX_EXEC_BACKGROUND) ? run_background(c, &r, path, argv, envp, &err)
+                                            : run_foreground(c, &r, path, argv, envp, &err);
+  if (ret < 0 && err)
+    ret = agent_reply_error(c, &err);
+  sbx_strv_free(&env);
+  exec_req_free(&r);
+  return ret;
+}
+
+int agent_signal(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *id = NULL;
+  uint64_t sig = SIGTERM;
+  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_SIGNO, SIGTERM, &sig) < 0 || sig == 0 || sig > 64) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "signal needs a command id and a signal number");
+    return agent_reply_error(c, &err);
+  }
+  pthread_mutex_lock(&table_lock);
+  struct cmd *e = table_find(id);
+  pid_t pid = e && e->running ? e->pid : 0;
+  pthread_mutex_unlock(&table_lock);
+  if (pid == 0) {
+    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "no running command %s", id);
+    return agent_reply_error(c, &err);
+  }
+  kill_group(pid, (int) sig);
+  return agent_reply_ok(c, NULL);
+}
+
+int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *id = NULL;
+  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "status needs a command id");
+    return agent_reply_error(c, &err);
+  }
+  sbx_tlv_writer_t w = {0};
+  pthread_mutex_lock(&table_lock);
+  struct cmd *e = table_find(id);
+  if (e) {
+    sbx_tlv_put_str(&w, SBX_T_ID, e->id);
+    sbx_tlv_put_u64(&w, SBX_T_RUNNING, e->running);
+    sbx_tlv_put_u64(&w, SBX_T_STARTED_MS, e->started_ms);
+    sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) e->pid);
+    if (!e->running) {
+      sbx_tlv_put_i64(&w, SBX_T_CODE, e->exit_code);
+      sbx_tlv_put_u64(&w, SBX_T_FINISHED_MS, e->finished_ms);
+      sbx_tlv_put_u64(&w, SBX_T_TIMED_OUT, e->timed_out);
+    }
+    sbx_tlv_put_u64(&w, SBX_T_FLAGS, e->background ? SBX_EXEC_BACKGROUND : 0);
+  }
+  pthread_mutex_unlock(&table_lock);
+  int ret;
+  if (e == NULL) {
+    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "command not found: %s", id);
+    ret = agent_reply_error(c, &err);
+  } else {
+    ret = agent_reply_ok(c, &w);
+  }
+  sbx_tlv_free(&w);
+  return ret;
+}
+
+int agent_cmd_logs(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *id = NULL;
+  uint64_t cursor = 0, limit = 0;
+  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_CURSOR, 0, &cursor) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_LIMIT, 16u << 20, &limit) < 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "logs needs a command id");
+    return agent_reply_error(c, &err);
+  }
+  pthread_mutex_lock(&table_lock);
+  struct cmd *e = table_find(id);
+  int fd = e && e->background && e->log_fd >= 0 ? dup(e->log_fd) : -1;
+  uint64_t log_len = e ? e->log_len : 0;
+  pthread_mutex_unlock(&table_lock);
+  if (fd < 0) {
+    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "no background command %s", id);
+    return agent_reply_error(c, &err);
+  }
+  cleanup_close int lfd = fd;
+  if (cursor > log_len)
+    cursor = log_len;
+  uint64_t end = log_len - cursor > limit ? cursor + limit : log_len;
+  char buf[65536];
+  uint64_t off = cursor;
+  while (off < end) {
+    size_t want = end - off < sizeof buf ? (size_t) (end - off) : sizeof buf;
+    ssize_t n = pread(lfd, buf, want, (off_t) off);
+    if (n <= 0)
+      break;
+    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
+      return -1;
+    off += (uint64_t) n;
+  }
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_CURSOR, off);
+  int ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
+}

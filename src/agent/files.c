@@ -1,0 +1,697 @@
+/* File and search operations, done natively inside the sandbox. Every path is absolute and
+ * free of ".." (checked again here), and is resolved with openat2(RESOLVE_IN_ROOT |
+ * RESOLVE_NO_MAGICLINKS): symlinks made in the sandbox resolve inside the sandbox's root and
+ * /proc magic links are refused. Replacing writes go to a temporary file in the same directory
+ * that is renamed over the target after fsync, so a crash never leaves a torn file where a
+ * complete one was. */
+#include "agent.h"
+#include "paths.h"
+#include "search.h"
+#include "text.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#define READ_TEXT_MAX (100u << 20)
+#define ITEMS_BATCH (512u << 10)
+
+static int root_fd = -1;
+
+void agent_files_init(void)
+{
+  root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+int agent_open(const char *path, int flags, int mode, sbx_error_t *err)
+{
+  struct open_how how = {.flags = (uint64_t) (flags | O_CLOEXEC),
+                         .mode = (flags & (O_CREAT | O_TMPFILE)) ? (uint64_t) mode : 0,
+                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+  int fd = (int) syscall(SYS_openat2, root_fd, path, &how, sizeof how);
+  if (fd < 0) {
+    int e = errno;
+    switch (e) {
+    case ENOENT:
+      return sbx_make_error(err, e, SBX_E_NOT_FOUND, "File not found: %s", path);
+    case EISDIR:
+      return sbx_make_error(err, e, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+    case ENOTDIR:
+      return sbx_make_error(err, e, SBX_E_NOT_DIR, "Not a directory: %s", path);
+    case EACCES:
+    case EPERM:
+      return sbx_make_error(err, e, SBX_E_IO, "Permission denied: %s", path);
+    default:
+      return sbx_make_error(err, e, sbx_errno_kind(e), "open %s", path);
+    }
+  }
+  return fd;
+}
+
+static int get_path(const char *p, size_t len, uint16_t tag, char **out, sbx_error_t *err)
+{
+  if (sbx_tlv_get_str(p, len, tag, out) <= 0)
+    return sbx_make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
+  return sbx_path_check(*out, err);
+}
+
+/* Splits an absolute path into its directory and last component ("/a/b/" -> "/a", "b"). */
+static int split_path(const char *path, char **dir, char **base, sbx_error_t *err)
+{
+  cleanup_free char *p = xstrdup(path);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/')
+    p[--n] = '\0';
+  char *slash = strrchr(p, '/');
+  if (slash == NULL || slash[1] == '\0' || strcmp(slash + 1, ".") == 0)
+    return sbx_make_error(err, 0, SBX_E_INVALID, "path has no final component: %s", path);
+  *base = xstrdup(slash + 1);
+  *dir = slash == p ? xstrdup("/") : xstrndup(p, (size_t) (slash - p));
+  return 0;
+}
+
+/* mkdir -p inside the sandbox; every component resolved under the root. */
+static int make_dirs(const char *path, int mode, sbx_error_t *err)
+{
+  cleanup_free char *p = xstrdup(path);
+  for (char *s = p + 1;; s++) {
+    bool last = *s == '\0';
+    if (*s != '/' && !last)
+      continue;
+    char saved = *s;
+    *s = '\0';
+    if (s > p + 1 && s[-1] != '/') {
+      sbx_error_t e2 = NULL;
+      int fd = agent_open(p, O_PATH | O_DIRECTORY, 0, &e2);
+      if (fd >= 0) {
+        close(fd);
+      } else if (e2->kind == SBX_E_NOT_FOUND) {
+        sbx_error_release(&e2);
+        cleanup_free char *dir = NULL, *base = NULL;
+        if (split_path(p, &dir, &base, err) < 0)
+          return -1;
+        cleanup_close int dfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, err);
+        if (dfd < 0)
+          return -1;
+        if (mkdirat(dfd, base, (mode_t) mode) < 0 && errno != EEXIST)
+          return sbx_make_error(err, errno, sbx_errno_kind(errno), "create directory %s", p);
+      } else {
+        *err = e2;
+        return -1;
+      }
+    }
+    *s = saved;
+    if (last)
+      return 0;
+  }
+}
+
+static int send_data_from_buf(struct agent_conn *c, const char *data, size_t len)
+{
+  for (size_t off = 0; off < len;) {
+    size_t n = len - off < SBX_PROTO_CHUNK ? len - off : SBX_PROTO_CHUNK;
+    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, data + off, n) < 0)
+      return -1;
+    off += n;
+  }
+  return 0;
+}
+
+static int open_regular(const char *path, sbx_error_t *err, struct stat *st)
+{
+  int fd = agent_open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, err);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, st) < 0) {
+    close(fd);
+    return sbx_make_error(err, errno, SBX_E_IO, "stat %s", path);
+  }
+  if (S_ISDIR(st->st_mode)) {
+    close(fd);
+    return sbx_make_error(err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    return sbx_make_error(err, 0, SBX_E_INVALID, "not a regular file: %s", path);
+  }
+  return fd;
+}
+
+int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  int64_t start = SBX_LINE_NONE, end = SBX_LINE_NONE;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_i64(payload, len, SBX_T_START, SBX_LINE_NONE, &start) < 0 ||
+      sbx_tlv_get_i64(payload, len, SBX_T_END, SBX_LINE_NONE, &end) < 0)
+    return agent_reply_error(c, &err);
+  struct stat st;
+  cleanup_close int fd = open_regular(path, &err, &st);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  cleanup_free char *data = NULL;
+  size_t n = 0;
+  sbx_buf_t b = {0};
+  char tmp[65536];
+  for (;;) {
+    ssize_t r = read(fd, tmp, sizeof tmp);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      sbx_buf_free(&b);
+      sbx_make_error(&err, errno, SBX_E_IO, "read %s", path);
+      return agent_reply_error(c, &err);
+    }
+    if (r == 0)
+      break;
+    if (b.len + (size_t) r > READ_TEXT_MAX) {
+      sbx_buf_free(&b);
+      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
+                     READ_TEXT_MAX, path);
+      return agent_reply_error(c, &err);
+    }
+    sbx_buf_append(&b, tmp, (size_t) r);
+  }
+  n = b.len;
+  data = sbx_buf_steal(&b);
+  if (!sbx_utf8_valid(data, n)) {
+    sbx_make_error(&err, 0, SBX_E_NOT_TEXT,
+                   "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file (e.g. "
+                   ".xlsx, .pdf, or an image). read_file only supports UTF-8 text. Use bash with "
+                   "a suitable library instead (pandas/openpyxl for spreadsheets), or view_image "
+                   "for images.",
+                   path);
+    return agent_reply_error(c, &err);
+  }
+  size_t outlen;
+  cleanup_free char *out = sbx_text_line_range(data, n, start, end, &outlen);
+  if (send_data_from_buf(c, out, outlen) < 0)
+    return -1;
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_SIZE, outlen);
+  int ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
+}
+
+int agent_read(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  uint64_t offset = 0, limit = 0, max = 0;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_OFFSET, 0, &offset) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_LIMIT, 0, &limit) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 0, &max) < 0)
+    return agent_reply_error(c, &err);
+  struct stat st;
+  cleanup_close int fd = open_regular(path, &err, &st);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  uint64_t size = (uint64_t) st.st_size;
+  if (max && size > max) {
+    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE,
+                   "File exceeds maximum download size of %llu bytes: %s",
+                   (unsigned long long) max, path);
+    return agent_reply_error(c, &err);
+  }
+  /* Tell the client the size first so it can answer a ranged request before the data. */
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_SIZE, size);
+  int r = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  uint64_t sent = 0;
+  char buf[65536];
+  off_t off = (off_t) offset;
+  for (;;) {
+    size_t want = sizeof buf;
+    if (limit && limit - sent < want)
+      want = (size_t) (limit - sent);
+    if (want == 0)
+      break;
+    ssize_t n = pread(fd, buf, want, off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      sbx_make_error(&err, errno, SBX_E_IO, "read %s", path);
+      return agent_reply_error(c, &err);
+    }
+    if (n == 0)
+      break;
+    /* the file may have grown since fstat: the cap counts what is actually sent */
+    if (max && sent + (uint64_t) n > max) {
+      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE,
+                     "File exceeds maximum download size of %llu bytes: %s",
+                     (unsigned long long) max, path);
+      return agent_reply_error(c, &err);
+    }
+    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
+      return -1;
+    sent += (uint64_t) n;
+    off += n;
+  }
+  sbx_tlv_writer_t ok = {0};
+  sbx_tlv_put_u64(&ok, SBX_T_SIZE, size);
+  sbx_tlv_put_u64(&ok, SBX_T_COUNT, sent);
+  int ret = agent_reply_ok(c, &ok);
+  sbx_tlv_free(&ok);
+  return ret;
+}
+
+/* Receives DATA frames until DATA_END, writing them to fd (if fd >= 0 and no error yet). */
+static int receive_data(struct agent_conn *c, int fd, uint64_t *written, sbx_error_t *err,
+                        const char *path)
+{
+  for (;;) {
+    sbx_frame_hdr_t hdr;
+    cleanup_free char *data = NULL;
+    if (sbx_frame_recv(c->fd, &hdr, &data, SBX_PROTO_MAX_PAYLOAD) < 0)
+      return -1; /* the client went away: the temp file is discarded */
+    if (hdr.type == SBX_MSG_DATA_END)
+      return 0;
+    if (hdr.type != SBX_MSG_DATA)
+      return -1;
+    if (fd >= 0 && *err == NULL) {
+      if (sbx_write_all(fd, data, hdr.len) < 0)
+        sbx_make_error(err, errno, sbx_errno_kind(errno), "write %s", path);
+      else
+        *written += hdr.len;
+    }
+  }
+}
+
+int agent_write(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *dir = NULL, *base = NULL, *tmp = NULL;
+  uint64_t flags = 0, mode = 0644, written = 0;
+  cleanup_close int fd = -1;
+  cleanup_close int dirfd = -1;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0644, &mode) < 0 ||
+      split_path(path, &dir, &base, &err) < 0)
+    goto drain;
+  mode &= 07777;
+  if ((flags & SBX_WRITE_PARENTS) && make_dirs(dir, 0755, &err) < 0)
+    goto drain;
+  dirfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, &err);
+  if (dirfd < 0)
+    goto drain;
+  if (flags & SBX_WRITE_APPEND) {
+    fd = agent_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK, (int) mode, &err);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+      sbx_make_error(&err, 0, SBX_E_INVALID, "not a regular file: %s", path);
+      close(steal_fd(&fd));
+    }
+    if (fd >= 0)
+      fcntl(fd, F_SETFL, O_APPEND);
+  } else {
+    struct stat st;
+    if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISDIR(st.st_mode)) {
+        sbx_make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+        goto drain;
+      }
+      if (S_ISREG(st.st_mode) && !sbx_tlv_has(payload, len, SBX_T_MODE))
+        mode = st.st_mode & 07777;
+    }
+    char suffix[17];
+    sbx_random_hex(suffix, 16);
+    tmp = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
+    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      sbx_make_error(&err, errno, sbx_errno_kind(errno), "create %s", path);
+  }
+drain:
+  if (receive_data(c, fd, &written, &err, path ? path : "") < 0) {
+    if (tmp && dirfd >= 0)
+      unlinkat(dirfd, tmp, 0);
+    sbx_error_release(&err);
+    return -1;
+  }
+  if (err == NULL && fd >= 0 && fsync(fd) < 0)
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "sync %s", path);
+  if (err == NULL && tmp) {
+    if (fchmod(fd, (mode_t) mode) < 0 || renameat(dirfd, tmp, dirfd, base) < 0)
+      sbx_make_error(&err, errno, sbx_errno_kind(errno), "replace %s", path);
+  }
+  if (err) {
+    if (tmp && dirfd >= 0)
+      unlinkat(dirfd, tmp, 0);
+    return agent_reply_error(c, &err);
+  }
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_SIZE, written);
+  int ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
+}
+
+/* Sends strings as ITEMS frames of bounded size, then OK{TRUNCATED}. */
+static int send_items(struct agent_conn *c, char **items, size_t n, bool truncated)
+{
+  sbx_tlv_writer_t w = {0};
+  for (size_t i = 0; i < n; i++) {
+    sbx_tlv_put_str(&w, SBX_T_ITEM, items[i]);
+    if (w.buf.len >= ITEMS_BATCH || i + 1 == n) {
+      if (sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w) < 0) {
+        sbx_tlv_free(&w);
+        return -1;
+      }
+      w.buf.len = 0;
+    }
+  }
+  sbx_tlv_free(&w);
+  sbx_tlv_writer_t ok = {0};
+  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
+  int ret = agent_reply_ok(c, &ok);
+  sbx_tlv_free(&ok);
+  return ret;
+}
+
+int agent_list(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  int64_t depth = 2;
+  uint64_t max = 10000;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_i64(payload, len, SBX_T_DEPTH, 2, &depth) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 10000, &max) < 0)
+    return agent_reply_error(c, &err);
+  if (depth > SBX_SEARCH_MAX_DEPTH)
+    depth = SBX_SEARCH_MAX_DEPTH;
+  sbx_strv_t out = {0};
+  bool truncated = false;
+  if (sbx_search_list_dir(path, (int) depth, (size_t) max, 0, &out, &truncated, &err) < 0)
+    return agent_reply_error(c, &err);
+  int ret = send_items(c, out.v, out.n, truncated);
+  sbx_strv_free(&out);
+  return ret;
+}
+
+int agent_glob(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *pattern = NULL;
+  uint64_t max = 200, flags = 0, timeout_ms = 0;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 200, &max) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
+    return agent_reply_error(c, &err);
+  sbx_strv_t out = {0};
+  bool truncated = false;
+  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
+  if (sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max, deadline,
+                      &out, &truncated, &err) < 0)
+    return agent_reply_error(c, &err);
+  int ret = send_items(c, out.v, out.n, truncated);
+  sbx_strv_free(&out);
+  return ret;
+}
+
+int agent_grep(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *pattern = NULL, *glob = NULL;
+  uint64_t max = 100, flags = 0, timeout_ms = 0;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_GLOB, &glob) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 100, &max) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
+    return agent_reply_error(c, &err);
+  sbx_grep_matches_t m = {0};
+  bool truncated = false;
+  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
+  if (sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
+                      flags & SBX_GREP_CASE, (size_t) max, deadline, &m, &truncated, &err) < 0)
+    return agent_reply_error(c, &err);
+  sbx_tlv_writer_t w = {0};
+  int ret = 0;
+  for (size_t i = 0; i < m.n && ret == 0; i++) {
+    sbx_tlv_writer_t rec = {0};
+    sbx_tlv_put_str(&rec, SBX_T_PATH, m.v[i].path);
+    sbx_tlv_put_u64(&rec, SBX_T_LINE_NO, m.v[i].line_number);
+    sbx_tlv_put_str(&rec, SBX_T_TEXT, m.v[i].line);
+    sbx_tlv_put(&w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+    sbx_tlv_free(&rec);
+    if (w.buf.len >= ITEMS_BATCH || i + 1 == m.n) {
+      ret = sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w);
+      w.buf.len = 0;
+    }
+  }
+  sbx_tlv_free(&w);
+  sbx_grep_matches_free(&m);
+  if (ret < 0)
+    return -1;
+  sbx_tlv_writer_t ok = {0};
+  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
+  ret = agent_reply_ok(c, &ok);
+  sbx_tlv_free(&ok);
+  return ret;
+}
+
+static char type_char(mode_t m)
+{
+  return S_ISREG(m) ? 'f' : S_ISDIR(m) ? 'd' : S_ISLNK(m) ? 'l' : 'o';
+}
+
+/* Appends the stat record of st (as the STAT reply and READDIR items carry it). */
+void agent_put_stat(sbx_tlv_writer_t *w, const struct stat *st);
+void agent_put_stat(sbx_tlv_writer_t *w, const struct stat *st)
+{
+  char t = type_char(st->st_mode);
+  sbx_tlv_put(w, SBX_T_TYPE, &t, 1);
+  sbx_tlv_put_u64(w, SBX_T_SIZE, (uint64_t) st->st_size);
+  sbx_tlv_put_u64(w, SBX_T_MODE, st->st_mode & 07777);
+  sbx_tlv_put_u64(w, SBX_T_MTIME,
+                  (uint64_t) st->st_mtim.tv_sec * 1000000000u + (uint64_t) st->st_mtim.tv_nsec);
+  sbx_tlv_put_u64(w, SBX_T_CTIME,
+                  (uint64_t) st->st_ctim.tv_sec * 1000000000u + (uint64_t) st->st_ctim.tv_nsec);
+  sbx_tlv_put_u64(w, SBX_T_UID, st->st_uid);
+  sbx_tlv_put_u64(w, SBX_T_GID, st->st_gid);
+}
+
+int agent_stat(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int fd = agent_open(path, O_PATH | O_NOFOLLOW, 0, &err);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  struct stat st;
+  if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+    sbx_make_error(&err, errno, SBX_E_IO, "stat %s", path);
+    return agent_reply_error(c, &err);
+  }
+  sbx_tlv_writer_t w = {0};
+  agent_put_stat(&w, &st);
+  int ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
+}
+
+int agent_mkdir(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  uint64_t mode = 0755;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0755, &mode) < 0)
+    return agent_reply_error(c, &err);
+  /* report whether it was created: only new directories get the requested mode */
+  sbx_error_t probe = NULL;
+  int fd = agent_open(path, O_PATH, 0, &probe);
+  bool existed = fd >= 0;
+  if (fd >= 0)
+    close(fd);
+  sbx_error_release(&probe);
+  if (make_dirs(path, (int) (mode & 07777), &err) < 0)
+    return agent_reply_error(c, &err);
+  if (!existed) {
+    cleanup_close int dfd = agent_open(path, O_RDONLY | O_DIRECTORY, 0, &err);
+    if (dfd < 0)
+      return agent_reply_error(c, &err);
+    fchmod(dfd, (mode_t) (mode & 07777));
+  }
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_COUNT, existed ? 0 : 1);
+  int ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
+}
+
+int agent_remove(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *dir = NULL, *base = NULL;
+  uint64_t flags = 0;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      split_path(path, &dir, &base, &err) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int dfd = agent_open(dir, O_RDONLY | O_DIRECTORY, 0, &err);
+  if (dfd < 0)
+    return agent_reply_error(c, &err);
+  struct stat st;
+  if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "File not found: %s", path);
+    return agent_reply_error(c, &err);
+  }
+  int r;
+  if (S_ISDIR(st.st_mode)) {
+    if (!(flags & (SBX_REMOVE_DIR | SBX_REMOVE_RECURSIVE))) {
+      sbx_make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+      return agent_reply_error(c, &err);
+    }
+    r = (flags & SBX_REMOVE_RECURSIVE) ? sbx_rm_rf_at(dfd, base)
+                                       : unlinkat(dfd, base, AT_REMOVEDIR);
+  } else {
+    if ((flags & SBX_REMOVE_DIR) && !(flags & SBX_REMOVE_RECURSIVE)) {
+      sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
+      return agent_reply_error(c, &err);
+    }
+    r = unlinkat(dfd, base, 0);
+  }
+  if (r < 0) {
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "remove %s", path);
+    return agent_reply_error(c, &err);
+  }
+  return agent_reply_ok(c, NULL);
+}
+
+int agent_rename(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *src = NULL, *dst = NULL, *sdir = NULL, *sbase = NULL, *ddir = NULL,
+                    *dbase = NULL;
+  if (get_path(payload, len, SBX_T_PATH, &src, &err) < 0 ||
+      get_path(payload, len, SBX_T_DEST, &dst, &err) < 0 ||
+      split_path(src, &sdir, &sbase, &err) < 0 || split_path(dst, &ddir, &dbase, &err) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int sfd = agent_open(sdir, O_PATH | O_DIRECTORY, 0, &err);
+  if (sfd < 0)
+    return agent_reply_error(c, &err);
+  struct stat st;
+  if (fstatat(sfd, sbase, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    sbx_make_error(&err, errno, SBX_E_NOT_FOUND, "File not found: %s", src);
+    return agent_reply_error(c, &err);
+  }
+  if (make_dirs(ddir, 0755, &err) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int dfd = agent_open(ddir, O_PATH | O_DIRECTORY, 0, &err);
+  if (dfd < 0)
+    return agent_reply_error(c, &err);
+  if (renameat2(sfd, sbase, dfd, dbase, RENAME_NOREPLACE) < 0) {
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "move %s to %s", src, dst);
+    return agent_reply_error(c, &err);
+  }
+  return agent_reply_ok(c, NULL);
+}
+
+/* Looks up a user or group name in the sandbox's own /etc file, or takes a number. */
+static int lookup_id(const char *file, const char *name, uint64_t *out)
+{
+  char *end;
+  unsigned long v = strtoul(name, &end, 10);
+  if (*name && *end == '\0') {
+    *out = v;
+    return 0;
+  }
+  cleanup_file FILE *f = fopen(file, "re");
+  if (f == NULL)
+    return -1;
+  char line[1024];
+  size_t nl = strlen(name);
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, name, nl) != 0 || line[nl] != ':')
+      continue;
+    char *p = strchr(line + nl + 1, ':');
+    if (p == NULL)
+      return -1;
+    *out = strtoul(p + 1, NULL, 10);
+    return 0;
+  }
+  return -1;
+}
+
+int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *owner = NULL, *group = NULL;
+  uint64_t mode = 0;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0, &mode) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_OWNER, &owner) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_GROUP, &group) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int fd = agent_open(path, O_PATH, 0, &err);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (mode && chmod(proc, (mode_t) (mode & 07777)) < 0) {
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "chmod %s", path);
+    return agent_reply_error(c, &err);
+  }
+  uint64_t uid = (uint64_t) -1, gid = (uint64_t) -1;
+  if (owner && *owner && lookup_id("/etc/passwd", owner, &uid) < 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "unknown user %s", owner);
+    return agent_reply_error(c, &err);
+  }
+  if (group && *group && lookup_id("/etc/group", group, &gid) < 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "unknown group %s", group);
+    return agent_reply_error(c, &err);
+  }
+  if ((uid != (uint64_t) -1 || gid != (uint64_t) -1) &&
+      fchownat(fd, "", (uid_t) uid, (gid_t) gid, AT_EMPTY_PATH) < 0) {
+    sbx_make_error(&err, errno, sbx_errno_kind(errno), "chown %s", path);
+    return agent_reply_error(c, &err);
+  }
+  return agent_reply_ok(c, NULL);
+}
+
+int agent_connect(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  uint64_t port = 0;
+  if (sbx_tlv_get_u64(payload, len, SBX_T_PORT, 0, &port) <= 0 || port == 0 || port > 65535) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "port must be 1-65535");
+    return agent_reply_error(c, &err);
+  }
+  cleanup_close int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t) port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (s < 0 || connect(s, (struct sockaddr *) &sa, sizeof sa) < 0) {
+    /* an app may listen on ::1 only */
+    int saved = errno;
+    close(steal_fd(&s));
+    s = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t) port),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (s < 0 || connect(s, (struct sockaddr *) &sa6, sizeof sa6) < 0) {
+      sbx_make_error(&err, saved, SBX_E_NOT_FOUND, "connect to port %llu in the sandbox",
+                     (unsigned long long) port);
+      return agent_reply_error(c, &err);
+    }
+  }
+  return sbx_frame_send_fd(c->fd, SBX_MSG_OK, c->req, NULL, 0, s);
+}

@@ -1,0 +1,198 @@
+/* The linux backend, host side: create runs the launcher (`sbx-init launch`, a fresh
+ * single-threaded process, so namespaces can be made whatever threads the caller has), destroy
+ * kills the sandbox's PID 1 (the kernel then kills everything in its pid namespace) and removes
+ * its cgroup. Contract operations go to sbx-init (client.c). */
+#include "linux.h"
+#include "proto.h"
+#include "../../lib/internal.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#ifndef SBX_LIBEXECDIR
+#define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
+#endif
+
+extern char **environ;
+
+/* $SBX_INIT, else next to the running executable, else the install location. */
+static char *find_init(void)
+{
+  const char *env = getenv("SBX_INIT");
+  if (env && *env)
+    return xstrdup(env);
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      char *p = xasprintf("%s/sbx-init", self);
+      if (access(p, X_OK) == 0)
+        return p;
+      free(p);
+    }
+  }
+  return xstrdup(SBX_LIBEXECDIR "/sbx-init");
+}
+
+static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx_launch_spec *s)
+{
+  const struct sbx_config *c = in->cfg;
+  memset(s, 0, sizeof *s);
+  s->id = in->meta.id;
+  s->state_dir = in->dir;
+  s->user_data = (char *) user_data;
+  s->image = c->image ? c->image : (char *) "host";
+  s->memory_bytes = c->memory_mib << 20;
+  s->cpu_millis = (uint64_t) (c->cpus * 1000.0 + 0.5);
+  s->pids = c->pids;
+  s->net_host = c->network && strcmp(c->network, "host") == 0;
+  s->tmp_bytes = c->tmp_size_mib << 20;
+  s->home_bytes = c->home_size_mib << 20;
+  s->idle_timeout_s = c->idle_timeout;
+  s->n_mounts = c->n_mounts;
+  if (c->n_mounts) {
+    s->mounts = xzalloc(c->n_mounts * sizeof *s->mounts);
+    for (size_t i = 0; i < c->n_mounts; i++)
+      s->mounts[i] = (struct sbx_launch_mount){c->mounts[i].host_path, c->mounts[i].container_path,
+                                               c->mounts[i].read_only};
+  }
+}
+
+static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
+{
+  struct sbx_launch_spec spec;
+  fill_spec(in, user_data, &spec);
+  sbx_buf_t payload = {0};
+  sbx_launch_spec_encode(&spec, &payload);
+  free(spec.mounts);
+
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+    sbx_buf_free(&payload);
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "socketpair");
+  }
+  cleanup_close int ours = sv[0];
+  cleanup_free char *init = find_init();
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3); /* dup2 clears close-on-exec */
+  char name[] = "sbx-init", verb[] = "launch", fdarg[] = "3";
+  char *argv[] = {name, verb, fdarg, NULL};
+  pid_t launcher;
+  int r = posix_spawn(&launcher, init, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
+  if (r != 0) {
+    sbx_buf_free(&payload);
+    return sbx_make_error(err, r, SBX_E_INTERNAL, "run `%s`", init);
+  }
+  struct timeval tv = {.tv_sec = 60};
+  setsockopt(ours, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  r = sbx_frame_send(ours, SBX_MSG_LAUNCH, 1, payload.data, payload.len);
+  sbx_buf_free(&payload);
+  sbx_frame_hdr_t hdr = {0};
+  cleanup_free char *reply = NULL;
+  if (r == 0)
+    r = sbx_frame_recv(ours, &hdr, &reply, SBX_PROTO_MAX_PAYLOAD);
+  int saved = errno;
+  int status = 0;
+  if (r < 0)
+    kill(launcher, SIGKILL);
+  TEMP_FAILURE_RETRY(waitpid(launcher, &status, 0));
+  if (r < 0)
+    return sbx_make_error(err, saved, SBX_E_INTERNAL, "launcher `%s` failed (exit status %d)",
+                          init, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  if (hdr.type == SBX_MSG_ERR)
+    return sbx_error_from_frame(reply, hdr.len, err);
+  uint64_t pid = 0;
+  char *cgroups = NULL;
+  if (hdr.type != SBX_MSG_OK || sbx_tlv_get_u64(reply, hdr.len, SBX_T_PID, 0, &pid) <= 0 ||
+      sbx_tlv_get_str(reply, hdr.len, SBX_T_TEXT, &cgroups) < 0)
+    return sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "launcher sent a malformed reply");
+  in->meta.pid = (long) pid;
+  in->meta.pid_start = sbx_proc_start_time((long) pid);
+  free(in->meta.cgroups);
+  in->meta.cgroups = cgroups;
+  return 0;
+}
+
+static bool linux_alive(struct sbx_instance *in)
+{
+  return in->meta.pid > 0 && in->meta.pid_start != 0 &&
+         sbx_proc_start_time(in->meta.pid) == in->meta.pid_start;
+}
+
+static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
+{
+  if (linux_alive(in)) {
+    int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
+    /* pid reuse between the check and pidfd_open: verify again through the pidfd's pid */
+    if (pidfd >= 0 && sbx_proc_start_time(in->meta.pid) == in->meta.pid_start) {
+      syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+      struct pollfd pfd = {pidfd, POLLIN, 0};
+      poll(&pfd, 1, 5000);
+    }
+    if (pidfd >= 0)
+      close(pidfd);
+  }
+  if (in->meta.cgroups) {
+    struct sbx_cgroup cg;
+    sbx_cgroup_parse(in->meta.cgroups, &cg);
+    int r = sbx_cgroup_destroy(&cg, 3000, err);
+    sbx_cgroup_free(&cg);
+    if (r < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int64_t linux_memory(struct sbx_instance *in)
+{
+  if (in->meta.cgroups == NULL)
+    return -1;
+  struct sbx_cgroup cg;
+  sbx_cgroup_parse(in->meta.cgroups, &cg);
+  int64_t m = sbx_cgroup_memory(&cg);
+  sbx_cgroup_free(&cg);
+  return m;
+}
+
+static int linux_pause(struct sbx_instance *in, bool paused, sbx_error_t *err)
+{
+  if (in->meta.cgroups == NULL)
+    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
+  struct sbx_cgroup cg;
+  sbx_cgroup_parse(in->meta.cgroups, &cg);
+  int r = sbx_cgroup_freeze(&cg, paused, err);
+  sbx_cgroup_free(&cg);
+  return r;
+}
+
+const struct sbx_backend_ops sbx_backend_linux = {
+    .name = "linux",
+    .data_owner = SBX_UID_BASE,
+    .create = linux_create,
+    .destroy = linux_destroy,
+    .alive = linux_alive,
+    .memory = linux_memory,
+    .pause = linux_pause,
+    .exec = sbx__agent_exec,
+    .signal = sbx__agent_signal,
+    .read_text = sbx__agent_read_text,
+    .read_to_fd = sbx__agent_read_to_fd,
+    .read_to_buf = sbx__agent_read_to_buf,
+    .write = sbx__agent_write,
+    .list_dir = sbx__agent_list_dir,
+    .glob = sbx__agent_glob,
+    .grep = sbx__agent_grep,
+};

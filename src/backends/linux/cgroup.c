@@ -1,0 +1,312 @@
+/* cgroups for the linux backend. Hosts come in three shapes: v1, hybrid (v1 controllers plus an
+ * empty cgroup2 at /sys/fs/cgroup/unified, as on the machines we test on) and unified v2. v1 and
+ * hybrid use one directory per controller below the caller's own cgroup in that hierarchy, so
+ * sandboxes stay inside whatever limits the caller runs under; v2 uses /sys/fs/cgroup/sbx
+ * because the "no internal processes" rule forbids enabling controllers in a populated cgroup. */
+#include "linux.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
+
+#define CG_ROOT "/sys/fs/cgroup"
+
+static const char *const v1_names[SBX_CG_MAX] = {"memory", "pids", "cpu", "freezer"};
+
+static int write_str(const char *dir, const char *file, const char *val)
+{
+  cleanup_free char *p = xasprintf("%s/%s", dir, file);
+  cleanup_close int fd = open(p, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  return sbx_write_all(fd, val, strlen(val));
+}
+
+static bool unified_host(void)
+{
+  struct statfs st;
+  return statfs(CG_ROOT, &st) == 0 && st.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+/* The caller's own path in the v1 hierarchy named ctrl ("/" if unknown). */
+static char *own_v1_path(const char *ctrl)
+{
+  cleanup_file FILE *f = fopen("/proc/self/cgroup", "re");
+  if (f == NULL)
+    return xstrdup("/");
+  char *line = NULL;
+  size_t cap = 0;
+  char *found = NULL;
+  while (getline(&line, &cap, f) > 0) {
+    char *c1 = strchr(line, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (c2 == NULL)
+      continue;
+    *c2 = '\0';
+    char *path = c2 + 1;
+    path[strcspn(path, "\n")] = '\0';
+    /* controller lists look like "cpu,cpuacct" */
+    for (char *tok = strtok(c1 + 1, ","); tok; tok = strtok(NULL, ","))
+      if (strcmp(tok, ctrl) == 0) {
+        found = xstrdup(path);
+        break;
+      }
+    if (found)
+      break;
+  }
+  free(line);
+  return found ? found : xstrdup("/");
+}
+
+/* The mount point of a v1 controller: /sys/fs/cgroup/<ctrl>, or the combined "cpu,cpuacct". */
+static char *v1_mount(const char *ctrl)
+{
+  cleanup_free char *p = xasprintf(CG_ROOT "/%s", ctrl);
+  struct statfs st;
+  if (statfs(p, &st) == 0 && st.f_type == CGROUP_SUPER_MAGIC)
+    return steal_pointer(&p);
+  if (strcmp(ctrl, "cpu") == 0) {
+    const char *alt = CG_ROOT "/cpu,cpuacct";
+    if (statfs(alt, &st) == 0 && st.f_type == CGROUP_SUPER_MAGIC)
+      return xstrdup(alt);
+  }
+  return NULL;
+}
+
+static int mkdir_cg(const char *path, sbx_error_t *err)
+{
+  if (sbx_mkdir_p(path, 0755) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create cgroup `%s`", path);
+  return 0;
+}
+
+static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
+                        int64_t pids, bool set_pids, sbx_error_t *err)
+{
+  char val[64];
+  if (cg->unified) {
+    const char *dir = cg->path[0];
+    snprintf(val, sizeof val, "%llu", (unsigned long long) memory_bytes);
+    if (write_str(dir, "memory.max", memory_bytes ? val : "max") < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set memory.max in `%s`", dir);
+    write_str(dir, "memory.swap.max", "0"); /* absent without swap accounting */
+    if (set_pids) {
+      snprintf(val, sizeof val, "%lld", (long long) pids);
+      if (write_str(dir, "pids.max", pids > 0 ? val : "max") < 0)
+        return sbx_make_error(err, errno, SBX_E_INTERNAL, "set pids.max in `%s`", dir);
+    }
+    snprintf(val, sizeof val, "%llu 100000", (unsigned long long) cpu_millis * 100);
+    if (write_str(dir, "cpu.max", cpu_millis ? val : "max 100000") < 0 && cpu_millis)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set cpu.max in `%s`", dir);
+    return 0;
+  }
+  if (cg->path[SBX_CG_MEMORY]) {
+    const char *dir = cg->path[SBX_CG_MEMORY];
+    snprintf(val, sizeof val, "%lld", memory_bytes ? (long long) memory_bytes : -1LL);
+    /* memsw must stay >= limit: lower it after the limit, raise it before */
+    cleanup_free char *memsw = xasprintf("%s/memory.memsw.limit_in_bytes", dir);
+    bool has_memsw = access(memsw, F_OK) == 0;
+    if (has_memsw && !memory_bytes)
+      write_str(dir, "memory.memsw.limit_in_bytes", "-1");
+    if (write_str(dir, "memory.limit_in_bytes", val) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set memory.limit_in_bytes in `%s`", dir);
+    if (has_memsw && memory_bytes)
+      write_str(dir, "memory.memsw.limit_in_bytes", val);
+  }
+  if (set_pids && cg->path[SBX_CG_PIDS]) {
+    snprintf(val, sizeof val, "%lld", (long long) pids);
+    if (write_str(cg->path[SBX_CG_PIDS], "pids.max", pids > 0 ? val : "max") < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set pids.max in `%s`",
+                            cg->path[SBX_CG_PIDS]);
+  }
+  if (cg->path[SBX_CG_CPU]) {
+    snprintf(val, sizeof val, "%lld", cpu_millis ? (long long) cpu_millis * 100 : -1LL);
+    if (write_str(cg->path[SBX_CG_CPU], "cpu.cfs_quota_us", val) < 0 && cpu_millis)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set cpu.cfs_quota_us in `%s`",
+                            cg->path[SBX_CG_CPU]);
+  }
+  return 0;
+}
+
+int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
+                      struct sbx_cgroup *cg, sbx_error_t *err)
+{
+  memset(cg, 0, sizeof *cg);
+  if (unified_host()) {
+    cg->unified = true;
+    const char *parent = CG_ROOT "/sbx";
+    if (mkdir_cg(parent, err) < 0)
+      return -1;
+    /* Controllers must be enabled on the way down; the root usually has them already. */
+    write_str(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
+    write_str(parent, "cgroup.subtree_control", "+memory +pids +cpu");
+    char *p = xasprintf("%s/%s", parent, id);
+    for (int i = 0; i < SBX_CG_MAX; i++)
+      cg->path[i] = xstrdup(p);
+    free(p);
+    if (mkdir_cg(cg->path[0], err) < 0)
+      goto fail;
+  } else {
+    for (int i = 0; i < SBX_CG_MAX; i++) {
+      cleanup_free char *mnt = v1_mount(v1_names[i]);
+      if (mnt == NULL)
+        continue; /* controller not mounted: that limit is unavailable */
+      cleanup_free char *own = own_v1_path(v1_names[i]);
+      cg->path[i] = xasprintf("%s%s/sbx/%s", mnt, strcmp(own, "/") == 0 ? "" : own, id);
+      if (mkdir_cg(cg->path[i], err) < 0)
+        goto fail;
+    }
+  }
+  if (apply_limits(cg, memory_bytes, cpu_millis, pids, true, err) < 0)
+    goto fail;
+  return 0;
+fail:
+  sbx_cgroup_destroy(cg, 0, NULL);
+  sbx_cgroup_free(cg);
+  return -1;
+}
+
+int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
+                          sbx_error_t *err)
+{
+  return apply_limits(cg, memory_bytes, cpu_millis, 0, false, err);
+}
+
+int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err)
+{
+  char val[32];
+  snprintf(val, sizeof val, "%d", (int) pid);
+  for (int i = 0; i < SBX_CG_MAX; i++) {
+    if (cg->path[i] == NULL || (i > 0 && cg->unified))
+      continue;
+    if (write_str(cg->path[i], "cgroup.procs", val) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "join cgroup `%s`", cg->path[i]);
+  }
+  return 0;
+}
+
+int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err)
+{
+  uint64_t deadline = sbx_now_ms() + (uint64_t) (timeout_ms > 0 ? timeout_ms : 0);
+  int ret = 0;
+  for (int i = 0; i < SBX_CG_MAX; i++) {
+    if (cg->path[i] == NULL || (i > 0 && cg->unified))
+      continue;
+    /* A frozen cgroup's tasks cannot die: thaw before removal. */
+    if (i == SBX_CG_FREEZER || cg->unified)
+      sbx_cgroup_freeze(cg, false, NULL);
+    for (;;) {
+      if (rmdir(cg->path[i]) == 0 || errno == ENOENT)
+        break;
+      if (errno != EBUSY || sbx_now_ms() >= deadline) {
+        ret = sbx_make_error(err, errno, SBX_E_INTERNAL, "remove cgroup `%s`", cg->path[i]);
+        break;
+      }
+      usleep(2000);
+    }
+  }
+  return ret;
+}
+
+int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg)
+{
+  const char *dir = cg->path[SBX_CG_MEMORY];
+  if (dir == NULL)
+    return -1;
+  cleanup_free char *p =
+      xasprintf("%s/%s", dir, cg->unified ? "memory.current" : "memory.usage_in_bytes");
+  cleanup_free char *data = NULL;
+  if (sbx_read_file_at(AT_FDCWD, p, 64, &data, NULL) < 0)
+    return -1;
+  return strtoll(data, NULL, 10);
+}
+
+int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err)
+{
+  const char *dir = cg->path[SBX_CG_FREEZER];
+  if (dir == NULL)
+    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "no freezer cgroup on this host");
+  int r = cg->unified ? write_str(dir, "cgroup.freeze", frozen ? "1" : "0")
+                      : write_str(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+  if (r < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "%s `%s`", frozen ? "freeze" : "thaw", dir);
+  if (!frozen || cg->unified)
+    return 0;
+  /* v1 reports FREEZING until every task has stopped */
+  for (int i = 0; i < 500; i++) {
+    if (sbx_cgroup_is_frozen(cg))
+      return 0;
+    usleep(1000);
+  }
+  return sbx_make_error(err, 0, SBX_E_TIMEOUT, "freeze `%s`: tasks did not stop", dir);
+}
+
+bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg)
+{
+  const char *dir = cg->path[SBX_CG_FREEZER];
+  if (dir == NULL)
+    return false;
+  cleanup_free char *p =
+      xasprintf("%s/%s", dir, cg->unified ? "cgroup.events" : "freezer.state");
+  cleanup_free char *data = NULL;
+  if (sbx_read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
+    return false;
+  if (cg->unified)
+    return strstr(data, "frozen 1") != NULL;
+  return strncmp(data, "FROZEN", 6) == 0;
+}
+
+char *sbx_cgroup_format(const struct sbx_cgroup *cg)
+{
+  sbx_buf_t b = {0};
+  if (cg->unified)
+    sbx_buf_printf(&b, "unified=%s\n", cg->path[0]);
+  else
+    for (int i = 0; i < SBX_CG_MAX; i++)
+      if (cg->path[i])
+        sbx_buf_printf(&b, "%s=%s\n", v1_names[i], cg->path[i]);
+  return sbx_buf_steal(&b);
+}
+
+int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg)
+{
+  memset(cg, 0, sizeof *cg);
+  while (s && *s) {
+    const char *nl = strchr(s, '\n');
+    size_t n = nl ? (size_t) (nl - s) : strlen(s);
+    cleanup_free char *line = xstrndup(s, n);
+    s = nl ? nl + 1 : NULL;
+    char *eq = strchr(line, '=');
+    if (eq == NULL)
+      continue;
+    *eq = '\0';
+    const char *path = eq + 1;
+    /* only ever trust paths under the cgroup mount */
+    if (!sbx_str_has_prefix(path, CG_ROOT "/") || strstr(path, "/../") != NULL)
+      continue;
+    if (strcmp(line, "unified") == 0) {
+      cg->unified = true;
+      for (int i = 0; i < SBX_CG_MAX; i++) {
+        free(cg->path[i]);
+        cg->path[i] = xstrdup(path);
+      }
+      continue;
+    }
+    for (int i = 0; i < SBX_CG_MAX; i++)
+      if (strcmp(line, v1_names[i]) == 0) {
+        free(cg->path[i]);
+        cg->path[i] = xstrdup(path);
+      }
+  }
+  return 0;
+}
+
+void sbx_cgroup_free(struct sbx_cgroup *cg)
+{
+  for (int i = 0; i < SBX_CG_MAX; i++) {
+    free(cg->path[i]);
+    cg->path[i] = NULL;
+  }
+}

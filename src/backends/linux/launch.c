@@ -1,0 +1,220 @@
+/* The launcher: `sbx-init launch`, exec'd by libsbx (so it starts single-threaded whatever the
+ * caller is), builds one sandbox and exits, leaving the sandbox's PID 1 running.
+ *
+ * Order matters. The launcher, as host root, joins the sandbox's cgroup and clones a child into
+ * new mount, pid, net, ipc, uts and cgroup namespaces. The child, still host root, builds the
+ * root filesystem and the loopback, and only then unshares its user namespace; the launcher
+ * maps that namespace's root to an unprivileged host id and the child switches to it. So every
+ * namespace but the user namespace is owned by the host: root inside the sandbox holds no
+ * capability over its mounts, network, hostname or pid namespace, and every host path used
+ * while building was resolved with full privilege before any sandbox code existed. */
+#include "linux.h"
+#include "proto.h"
+#include "../../agent/agent.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+/* A unix socket path can be longer than sun_path allows; reach it through the directory fd. */
+static int bind_ctl_socket(int dirfd, sbx_error_t *err)
+{
+  cleanup_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create the control socket");
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/ctl.sock", dirfd);
+  unlinkat(dirfd, "ctl.sock", 0);
+  if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "bind the control socket");
+  if (fchmodat(dirfd, "ctl.sock", 0600, 0) < 0 || listen(fd, 128) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "listen on the control socket");
+  return steal_fd(&fd);
+}
+
+/* Child -> launcher messages on the sync pipe: 'M' (map my user namespace), 'R' (ready), or
+ * 'E' followed by an error message. Launcher -> child: 'M' (mapped). */
+static void child_fail(int fd, sbx_error_t *err)
+{
+  char buf[1024];
+  int n = snprintf(buf, sizeof buf, "E%s", err && *err ? (*err)->msg : "setup failed");
+  (void) !write(fd, buf, (size_t) (n < (int) sizeof buf ? n : (int) sizeof buf - 1));
+  _exit(1);
+}
+
+static void child_main(const struct sbx_launch_spec *s, const struct sbx_cgroup *cg, int sync_w,
+                       int sync_r, int listen_fd, int lease_fd)
+{
+  sbx_error_t err = NULL;
+  /* Join the cgroup, then root a cgroup namespace there: the sandbox sees its cgroup as "/". */
+  if (sbx_cgroup_enter(cg, 0, &err) < 0)
+    child_fail(sync_w, &err);
+  if (unshare(CLONE_NEWCGROUP) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
+    child_fail(sync_w, &err);
+  }
+  cleanup_free char *hostname = xasprintf("sbx-%s", s->id);
+  if (sethostname(hostname, strlen(hostname)) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
+    child_fail(sync_w, &err);
+  }
+  if (sbx_rootfs_setup(s, &err) < 0)
+    child_fail(sync_w, &err);
+  if (!s->net_host) {
+    if (sbx_net_setup_loopback(&err) < 0)
+      child_fail(sync_w, &err);
+    /* root inside owns no capability over this netns: let it bind low ports anyway */
+    cleanup_close int fd =
+        open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0)
+      (void) !write(fd, "0", 1);
+  }
+  if (unshare(CLONE_NEWUSER) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the user namespace");
+    child_fail(sync_w, &err);
+  }
+  char c = 'M';
+  if (write(sync_w, &c, 1) != 1 || read(sync_r, &c, 1) != 1 || c != 'M')
+    _exit(1);
+  if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
+    child_fail(sync_w, &err);
+  }
+  if (sbx_confine(&err) < 0)
+    child_fail(sync_w, &err);
+  c = 'R';
+  if (write(sync_w, &c, 1) != 1)
+    _exit(1);
+  close(sync_w);
+  close(sync_r);
+  struct sbx_agent_opts opts = {
+      .listen_fd = listen_fd, .lease_fd = lease_fd, .idle_timeout_s = s->idle_timeout_s};
+  _exit(sbx_agent_serve(&opts));
+}
+
+static int write_map(pid_t pid, const char *file, sbx_error_t *err)
+{
+  char path[64], map[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, file);
+  int n = snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+  cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, map, (size_t) n) != n)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "write %s", path);
+  return 0;
+}
+
+static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+                  sbx_error_t *err)
+{
+  cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dirfd < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open state dir `%s`", s->state_dir);
+  if (mkdirat(dirfd, "root", 0700) < 0 && errno != EEXIST)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s/root`", s->state_dir);
+  if (sbx_cgroup_create(s->id, s->memory_bytes, s->cpu_millis, s->pids, cg, err) < 0)
+    return -1;
+  cleanup_close int listen_fd = bind_ctl_socket(dirfd, err);
+  if (listen_fd < 0)
+    goto fail_cg;
+  cleanup_close int lease_fd = openat(dirfd, "lease", O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (lease_fd < 0) {
+    sbx_make_error(err, errno, SBX_E_INTERNAL, "open the lease file");
+    goto fail_cg;
+  }
+  int to_parent[2], to_child[2];
+  if (pipe2(to_parent, O_CLOEXEC) < 0)
+    goto fail_pipe;
+  if (pipe2(to_child, O_CLOEXEC) < 0) {
+    close(to_parent[0]);
+    close(to_parent[1]);
+    goto fail_pipe;
+  }
+  unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                        (s->net_host ? 0 : CLONE_NEWNET) | SIGCHLD;
+  pid_t pid = (pid_t) syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+  if (pid == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);
+    close(dirfd);
+    child_main(s, cg, to_parent[1], to_child[0], listen_fd, lease_fd);
+  }
+  int saved = errno;
+  close(to_parent[1]);
+  close(to_child[0]);
+  cleanup_close int rd = to_parent[0];
+  cleanup_close int wr = to_child[1];
+  if (pid < 0) {
+    sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
+    goto fail_cg;
+  }
+  char buf[1024];
+  ssize_t n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
+  if (n == 1 && buf[0] == 'M') {
+    if (write_map(pid, "uid_map", err) < 0 || write_map(pid, "gid_map", err) < 0)
+      goto fail_child;
+    if (write(wr, "M", 1) != 1) {
+      sbx_make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
+      goto fail_child;
+    }
+    n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
+  }
+  if (n == 1 && buf[0] == 'R') {
+    *out_pid = pid;
+    return 0;
+  }
+  if (n > 1 && buf[0] == 'E') {
+    buf[n] = '\0';
+    sbx_error_set(err, 0, SBX_E_INTERNAL, buf + 1);
+  } else {
+    sbx_make_error(err, 0, SBX_E_INTERNAL, "the sandbox died during setup");
+  }
+fail_child:
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  goto fail_cg;
+fail_pipe:
+  sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
+fail_cg:
+  sbx_cgroup_destroy(cg, 1000, NULL);
+  return -1;
+}
+
+int sbx_launch_main(int fd)
+{
+  sbx_frame_hdr_t hdr;
+  cleanup_free char *payload = NULL;
+  if (sbx_frame_recv(fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0 || hdr.type != SBX_MSG_LAUNCH)
+    return 2;
+  struct sbx_launch_spec spec;
+  if (sbx_launch_spec_decode(payload, hdr.len, &spec) < 0) {
+    sbx_frame_send_error(fd, hdr.req, SBX_E_INTERNAL, 0, "malformed launch spec");
+    return 2;
+  }
+  sbx_error_t err = NULL;
+  struct sbx_cgroup cg = {0};
+  pid_t pid = 0;
+  int ret = 0;
+  if (launch(&spec, &pid, &cg, &err) < 0) {
+    sbx_frame_send_error(fd, hdr.req, err->kind, err->status, err->msg);
+    sbx_error_release(&err);
+    ret = 1;
+  } else {
+    sbx_tlv_writer_t w = {0};
+    cleanup_free char *cgs = sbx_cgroup_format(&cg);
+    sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
+    sbx_tlv_put_str(&w, SBX_T_TEXT, cgs);
+    sbx_frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w);
+    sbx_tlv_free(&w);
+  }
+  sbx_cgroup_free(&cg);
+  sbx_launch_spec_free(&spec);
+  return ret;
+}

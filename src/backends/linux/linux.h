@@ -1,0 +1,85 @@
+/* The linux backend's mechanisms (one file each): the launch spec passed from libsbx to the
+ * launcher (`sbx-init launch`), cgroups (v1/hybrid and v2), the sandbox's root filesystem and
+ * mounts, and the confinement (capabilities, no_new_privs, seccomp). */
+#ifndef SBX_LINUX_H
+#define SBX_LINUX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "util.h"
+
+#define SBX_UID_BASE 100000u /* host id of the sandbox's root */
+#define SBX_UID_COUNT 65536u
+#define SBX_MSG_LAUNCH 200 /* libsbx -> launcher: the launch spec */
+
+struct sbx_launch_mount {
+  char *host;
+  char *container;
+  bool read_only;
+};
+
+/* What the launcher needs to make one sandbox. Travels as TLV (launch_spec_encode/decode). */
+struct sbx_launch_spec {
+  char *id;
+  char *state_dir; /* $SBX_HOME/sandboxes/<id>: ctl.sock, lease, root/ live here */
+  char *user_data; /* host folder bound at /mnt/user-data */
+  char *image;     /* "host": the host's /usr, read-only, with a generated /etc */
+  uint64_t memory_bytes;  /* 0 = none */
+  uint64_t cpu_millis;    /* 1000 = one CPU; 0 = none */
+  int64_t pids;           /* 0 = none */
+  bool net_host;          /* share the host network namespace */
+  uint64_t tmp_bytes;
+  uint64_t home_bytes;
+  int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
+  struct sbx_launch_mount *mounts;
+  size_t n_mounts;
+};
+
+void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
+int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);
+void sbx_launch_spec_free(struct sbx_launch_spec *s);
+
+/* ---- cgroup.c ---- */
+enum { SBX_CG_MEMORY, SBX_CG_PIDS, SBX_CG_CPU, SBX_CG_FREEZER, SBX_CG_MAX };
+
+/* One sandbox's cgroup: on v1/hybrid hosts one directory per controller, on v2 one directory
+ * (stored in every slot). Paths are absolute under /sys/fs/cgroup. */
+struct sbx_cgroup {
+  bool unified;
+  char *path[SBX_CG_MAX];
+};
+
+/* Creates the cgroup for id below the caller's own cgroup (".../sbx/<id>") and writes limits. */
+int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
+                      struct sbx_cgroup *cg, sbx_error_t *err);
+int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
+/* Removes the directories, waiting up to timeout_ms for the last tasks to leave. */
+int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err);
+/* Current memory charge in bytes, or -1. */
+int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg);
+int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err);
+bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
+int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
+                          sbx_error_t *err);
+/* Serialised as "name=path" lines for the state dir. */
+char *sbx_cgroup_format(const struct sbx_cgroup *cg);
+int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
+void sbx_cgroup_free(struct sbx_cgroup *cg);
+
+/* ---- rootfs.c (runs in the child, in its new user and mount namespaces) ---- */
+int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
+int sbx_net_setup_loopback(sbx_error_t *err);
+
+/* ---- confine.c ---- */
+/* Drops capabilities to Docker's default set, sets no_new_privs, makes the process
+ * non-dumpable and installs the default seccomp filter. */
+int sbx_confine(sbx_error_t *err);
+
+/* ---- launch.c ---- */
+/* `sbx-init launch`: reads a spec from fd, makes the sandbox, answers OK{PID} or ERR. */
+int sbx_launch_main(int fd);
+
+#endif

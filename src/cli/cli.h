@@ -1,0 +1,88 @@
+/* The sbx CLI: global options, then one verb (one file each, crun style). */
+#ifndef SBX_CLI_H
+#define SBX_CLI_H
+
+#include <getopt.h>
+#include <jansson.h>
+#include <sbx/sbx.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+enum { EXIT_OP_ERROR = 1, EXIT_USAGE = 2 };
+
+struct cli {
+  const char *home;
+  const char *config_path;
+  struct sbx_config *cfg;
+  sbx_provider_t *provider;
+  const char *verb;
+};
+
+struct cli_scope {
+  const char *user;
+  const char *thread;
+};
+
+struct cli_verb {
+  const char *name;
+  int (*fn)(struct cli *c, int argc, char **argv);
+  const char *summary;
+};
+
+/* Loads the configuration and opens the pool (with a rate-limited reaper pass). */
+int cli_open(struct cli *c);
+/* Prints "sbx: <message>" and returns EXIT_OP_ERROR. Releases err. */
+int cli_fail(sbx_error_t *err);
+/* Prints "sbx VERB: <message>" plus a hint and returns EXIT_USAGE. */
+int cli_usage_error(struct cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses an integer argument; false if it is not one. */
+bool cli_parse_long(const char *s, long long *out);
+bool cli_parse_seconds(const char *s, double *out);
+/* Checks the scope options of a sandbox verb. */
+int cli_scope_check(struct cli *c, struct cli_scope *s);
+/* Acquires the scope's sandbox (creating it on first use). */
+sbx_sandbox_t *cli_acquire(struct cli *c, struct cli_scope *s, sbx_error_t *err);
+/* A JSON string from bytes that may not be UTF-8 (invalid sequences replaced). */
+json_t *cli_json_string(const char *s, size_t len);
+int cli_print_json(json_t *j); /* prints, newline, decref */
+/* Joins argv[from..] with spaces (the command after "--"). */
+char *cli_join(int argc, char **argv, int from);
+
+#define CLI_SCOPE_OPTIONS {"thread", required_argument, NULL, 't'}, {"user", required_argument, NULL, 'u'}
+
+/* Parses a verb's options: -t/-u (if s is non-NULL) and --help are handled here, the others
+ * (extra, a NULL-terminated table whose short letters are in extra_short) go to on_opt, which
+ * returns 0 or an exit status. Then exactly n_pos positionals must remain (-1: at least one,
+ * the rest after "--"). Returns 0 to go on, CLI_DONE after --help, or an exit status. */
+#define CLI_DONE (-1)
+int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cli_scope *s,
+              const struct option *extra, const char *extra_short,
+              int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx), void *ctx,
+              int n_pos);
+
+int cmd_exec(struct cli *c, int argc, char **argv);
+int cmd_run(struct cli *c, int argc, char **argv);
+int cmd_read(struct cli *c, int argc, char **argv);
+int cmd_write(struct cli *c, int argc, char **argv);
+int cmd_upload(struct cli *c, int argc, char **argv);
+int cmd_download(struct cli *c, int argc, char **argv);
+int cmd_ls(struct cli *c, int argc, char **argv);
+int cmd_glob(struct cli *c, int argc, char **argv);
+int cmd_grep(struct cli *c, int argc, char **argv);
+int cmd_ps(struct cli *c, int argc, char **argv);
+int cmd_release(struct cli *c, int argc, char **argv);
+int cmd_rm(struct cli *c, int argc, char **argv);
+int cmd_gc(struct cli *c, int argc, char **argv);
+int cmd_down(struct cli *c, int argc, char **argv);
+int cmd_config(struct cli *c, int argc, char **argv);
+
+/* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
+ * exit status. */
+int cli_with_sandbox(struct cli *c, struct cli_scope *s, int (*fn)(sbx_sandbox_t *, void *),
+                     void *arg);
+
+/* shared by exec and run */
+int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const char *const *env,
+                    size_t n_env, double timeout, bool json);
+
+#endif

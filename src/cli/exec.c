@@ -1,0 +1,124 @@
+/* sbx exec: run a command in the scope's sandbox (created on first use). */
+#include "cli.h"
+
+#include "util.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json] -- "
+    "COMMAND\n"
+    "\n"
+    "Runs `sh -lc COMMAND` in /mnt/user-data/workspace of the scope's sandbox, stdin from\n"
+    "/dev/null. stdout and stderr go to ours as they arrive; the exit status is the command's\n"
+    "(124 on timeout, 128+N if killed by signal N). Background processes the command starts\n"
+    "keep running for later calls.\n"
+    "\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$), required\n"
+    "  -u, --user USER       scope user id (default \"default\")\n"
+    "  -e, --env KEY=VALUE   set a variable for this command (repeatable)\n"
+    "      --timeout SECONDS default: sandbox.bash_command_timeout (600)\n"
+    "      --json            print {\"stdout\",\"stderr\",\"exit_code\",\"timed_out\",\"output\"}\n"
+    "                        (output = the rendered text an agent reads); each stream is\n"
+    "                        kept up to 10 MiB\n";
+
+static int write_stream(void *arg, int stream, const char *data, size_t len)
+{
+  (void) arg;
+  return sbx_write_all(stream == 1 ? 1 : 2, data, len) < 0 ? 1 : 0;
+}
+
+int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const char *const *env,
+                    size_t n_env, double timeout, bool json)
+{
+  (void) c;
+  struct sbx_exec_opts o = {
+      .env = env, .n_env = n_env, .timeout = timeout, .kill_on_disconnect = true};
+  if (!json) {
+    o.on_output = write_stream;
+    o.discard_output = true;
+    o.out_cap = UINT64_MAX; /* a terminal gets everything; the 10 MiB cap is for results */
+  }
+  struct sbx_exec_result r;
+  sbx_error_t err = NULL;
+  if (sbx_execute_command(sb, command, &o, &r, &err) < 0)
+    return cli_fail(&err);
+  int code = r.timed_out ? 124 : r.exit_code < 0 ? 128 - r.exit_code : r.exit_code & 0xff;
+  int ret = code;
+  if (json) {
+    json_t *j = json_object();
+    json_object_set_new(j, "stdout", cli_json_string(r.out, r.out_len));
+    json_object_set_new(j, "stderr", cli_json_string(r.err, r.err_len));
+    json_object_set_new(j, "exit_code", json_integer(r.exit_code));
+    json_object_set_new(j, "timed_out", json_boolean(r.timed_out));
+    json_object_set_new(j, "output", json_string(r.output));
+    if (cli_print_json(j) != 0)
+      ret = EXIT_OP_ERROR;
+  }
+  sbx_exec_result_free(&r);
+  return ret;
+}
+
+struct exec_args {
+  sbx_strv_t env;
+  double timeout;
+  bool json;
+};
+
+static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
+{
+  struct exec_args *a = ctx;
+  switch (ch) {
+  case 'e':
+    if (strchr(arg, '=') == NULL)
+      return cli_usage_error(c, "-e needs KEY=VALUE, got '%s'", arg);
+    sbx_strv_push(&a->env, arg);
+    return 0;
+  case 'T':
+    if (!cli_parse_seconds(arg, &a->timeout))
+      return cli_usage_error(c, "--timeout needs a positive number of seconds, got '%s'", arg);
+    return 0;
+  default:
+    a->json = true;
+    return 0;
+  }
+}
+
+/* exec and run: parse, then run the command in a sandbox from get (scoped or throw-away). */
+int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped);
+int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped)
+{
+  static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
+                                       {"timeout", required_argument, NULL, 'T'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {NULL, 0, NULL, 0}};
+  struct cli_scope s = {0};
+  struct exec_args a = {0};
+  int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:", on_opt, &a, -1);
+  if (r == 0)
+    r = cli_open(c);
+  if (r == 0) {
+    cleanup_free char *command = cli_join(argc, argv, optind);
+    sbx_error_t err = NULL;
+    sbx_sandbox_t *sb = scoped ? cli_acquire(c, &s, &err) : sbx_acquire(c->provider, NULL, NULL, &err);
+    if (sb == NULL) {
+      r = cli_fail(&err);
+    } else {
+      cleanup_free char *id = xstrdup(sbx_sandbox_id(sb));
+      r = cli_run_command(c, sb, command, (const char *const *) a.env.v, a.env.n, a.timeout,
+                          a.json);
+      int e = scoped ? sbx_release(c->provider, id, &err) : sbx_destroy(c->provider, id, &err);
+      if (e < 0 && r == 0)
+        r = cli_fail(&err);
+      sbx_error_release(&err);
+    }
+  }
+  sbx_strv_free(&a.env);
+  return r == CLI_DONE ? 0 : r;
+}
+
+int cmd_exec(struct cli *c, int argc, char **argv)
+{
+  return cli_exec_main(c, argc, argv, usage, true);
+}

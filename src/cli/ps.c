@@ -1,0 +1,84 @@
+/* sbx ps: the sandboxes of the pool. */
+#include "cli.h"
+
+#include "util.h"
+
+#include <time.h>
+
+static const char usage[] =
+    "Usage: sbx ps [--json]\n"
+    "\n"
+    "Lists every sandbox of the pool: id, user, thread, state (active: held by a front-end;\n"
+    "warm: parked; dead: its init is gone and the next gc cleans it up), host pid of its\n"
+    "init, creation time, last use, idle seconds, memory and the pids holding it.\n";
+
+static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
+{
+  (void) c, (void) ch, (void) arg;
+  *(bool *) ctx = true;
+  return 0;
+}
+
+static void fmt_time(double t, char *buf, size_t n)
+{
+  time_t s = (time_t) t;
+  struct tm tm;
+  gmtime_r(&s, &tm);
+  strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int cmd_ps(struct cli *c, int argc, char **argv)
+{
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+  bool json = false;
+  int r = cli_parse(c, argc, argv, usage, NULL, opts, "", on_opt, &json, 0);
+  if (r != 0)
+    return r == CLI_DONE ? 0 : r;
+  if ((r = cli_open(c)) != 0)
+    return r;
+  struct sbx_sandbox_info *v;
+  size_t n;
+  sbx_error_t err = NULL;
+  if (sbx_list(c->provider, &v, &n, &err) < 0)
+    return cli_fail(&err);
+  double now = sbx_realtime_sec();
+  if (json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+      json_t *owners = json_array();
+      for (size_t k = 0; k < v[i].n_owners; k++)
+        json_array_append_new(owners, json_integer(v[i].owners[k]));
+      json_t *o = json_pack("{s:s, s:s?, s:s?, s:s, s:s, s:I, s:f, s:f, s:f, s:o, s:b}", "id",
+                            v[i].id, "user", v[i].user, "thread", v[i].thread, "backend",
+                            v[i].backend, "state", sbx_state_name(v[i].state), "pid",
+                            (json_int_t) v[i].pid, "created", v[i].created, "last_used",
+                            v[i].last_used, "idle", now - v[i].last_used, "owners", owners,
+                            "paused", v[i].paused);
+      json_object_set_new(o, "memory", v[i].memory >= 0 ? json_integer(v[i].memory) : json_null());
+      json_array_append_new(arr, o);
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "sandboxes", arr);
+    r = cli_print_json(j);
+  } else {
+    printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER",
+           "THREAD", "STATE", "PID", "CREATED", "LAST USED", "IDLE", "MEMORY", "OWNERS");
+    for (size_t i = 0; i < n; i++) {
+      char created[32], used[32], mem[32] = "-";
+      fmt_time(v[i].created, created, sizeof created);
+      fmt_time(v[i].last_used, used, sizeof used);
+      if (v[i].memory >= 0)
+        snprintf(mem, sizeof mem, "%.1fMiB", (double) v[i].memory / 1048576.0);
+      sbx_buf_t owners = {0};
+      for (size_t k = 0; k < v[i].n_owners; k++)
+        sbx_buf_printf(&owners, "%s%ld", k ? "," : "", v[i].owners[k]);
+      printf("%-16s  %-12s  %-16s  %-6s  %-8ld  %-20s  %-20s  %7.0fs  %9s  %s\n", v[i].id,
+             v[i].user ? v[i].user : "-", v[i].thread ? v[i].thread : "-",
+             v[i].paused ? "paused" : sbx_state_name(v[i].state), v[i].pid, created, used,
+             now - v[i].last_used, mem, owners.len ? owners.data : "-");
+      sbx_buf_free(&owners);
+    }
+  }
+  sbx_sandbox_info_free(v, n);
+  return r;
+}

@@ -1,0 +1,226 @@
+#include "text.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is invalid. Overlongs,
+ * surrogates and code points past U+10FFFF are invalid, as in Python's strict decoder. */
+static size_t utf8_seq(const unsigned char *s, size_t len)
+{
+  unsigned char c = s[0];
+  if (c < 0x80)
+    return 1;
+  size_t n;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (len < n)
+    return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+    cp = cp << 6 | (s[i] & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+bool sbx_utf8_valid(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  while (i < len) {
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    size_t n = utf8_seq(p + i, len - i);
+    if (n == 0)
+      return false;
+    i += n;
+  }
+  return true;
+}
+
+/* How many bytes form one maximal invalid subsequence at s (at least 1): a lead byte followed
+ * by the continuation bytes that could still have completed it. */
+static size_t utf8_invalid_run(const unsigned char *s, size_t len)
+{
+  unsigned char c = s[0];
+  size_t want;
+  unsigned char lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf)
+    want = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    want = 3;
+    if (c == 0xe0)
+      lo = 0xa0;
+    if (c == 0xed)
+      hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    want = 4;
+    if (c == 0xf0)
+      lo = 0x90;
+    if (c == 0xf4)
+      hi = 0x8f;
+  } else
+    return 1;
+  size_t i = 1;
+  while (i < want && i < len) {
+    unsigned char b = s[i];
+    if (i == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80)
+      break;
+    i++;
+  }
+  return i;
+}
+
+char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen)
+{
+  sbx_buf_t b = {0};
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  sbx_buf_reserve(&b, len);
+  while (i < len) {
+    size_t start = i;
+    while (i < len && (p[i] < 0x80 || utf8_seq(p + i, len - i) > 0))
+      i += p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
+    sbx_buf_append(&b, s + start, i - start);
+    if (i < len) {
+      sbx_buf_append(&b, "\xef\xbf\xbd", 3);
+      i += utf8_invalid_run(p + i, len - i);
+    }
+  }
+  if (outlen)
+    *outlen = b.len;
+  return sbx_buf_steal(&b);
+}
+
+char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end,
+                          size_t *outlen)
+{
+  if (start == SBX_LINE_NONE && end == SBX_LINE_NONE) {
+    if (outlen)
+      *outlen = len;
+    char *r = xmalloc(len + 1);
+    memcpy(r, text, len);
+    r[len] = '\0';
+    return r;
+  }
+  if (start == SBX_LINE_NONE || start < 1)
+    start = 1;
+  sbx_buf_t b = {0};
+  if (end != SBX_LINE_NONE && (end <= 0 || end < start))
+    goto done;
+  int64_t n = 0;
+  size_t i = 0;
+  bool first = true;
+  while (i < len) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t line_end = nl ? (size_t) (nl - text) : len;
+    n++;
+    if (end != SBX_LINE_NONE && n > end)
+      break;
+    if (n >= start) {
+      size_t l = line_end - i;
+      if (l > 0 && text[i + l - 1] == '\r')
+        l--;
+      if (!first)
+        sbx_buf_putc(&b, '\n');
+      sbx_buf_append(&b, text + i, l);
+      first = false;
+    }
+    i = nl ? line_end + 1 : len;
+  }
+done:
+  if (outlen)
+    *outlen = b.len;
+  return sbx_buf_steal(&b);
+}
+
+bool sbx_env_key_valid(const char *key, size_t len)
+{
+  if (len == 0)
+    return false;
+  for (size_t i = 0; i < len; i++) {
+    char c = key[i];
+    bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit)))
+      return false;
+  }
+  return true;
+}
+
+int sbx_env_check(const char *const *env, size_t n, sbx_error_t *err)
+{
+  for (size_t i = 0; i < n; i++) {
+    const char *eq = strchr(env[i], '=');
+    size_t klen = eq ? (size_t) (eq - env[i]) : strlen(env[i]);
+    if (eq == NULL || !sbx_env_key_valid(env[i], klen)) {
+      cleanup_free char *key = sbx_utf8_sanitize(env[i], klen > 200 ? 200 : klen, NULL);
+      return sbx_make_error(
+          err, 0, SBX_E_INVALID,
+          "extra_env key '%s' is not a valid POSIX environment variable name (must match "
+          "^[A-Za-z_][A-Za-z0-9_]*$). This protects shell-using sandbox implementations from "
+          "command injection via the key.",
+          key);
+    }
+  }
+  return 0;
+}
+
+char *sbx_exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen)
+{
+  sbx_buf_t b = {0};
+  size_t clean_len;
+  cleanup_free char *clean = sbx_utf8_sanitize(data, len, &clean_len);
+  sbx_buf_append(&b, clean, clean_len);
+  if (total > len)
+    sbx_buf_printf(&b,
+                   "\n... [output truncated after %zu of %" PRIu64
+                   " bytes; remaining output discarded] ...",
+                   len, total);
+  if (outlen)
+    *outlen = b.len;
+  return sbx_buf_steal(&b);
+}
+
+char *sbx_exec_render(const sbx_exec_output_t *o)
+{
+  sbx_buf_t b = {0};
+  size_t ol = 0, el = 0;
+  cleanup_free char *out = sbx_exec_stream_text(o->out, o->out_len, o->out_total, &ol);
+  cleanup_free char *errs = sbx_exec_stream_text(o->err, o->err_len, o->err_total, &el);
+  sbx_buf_append(&b, out, ol);
+  if (el > 0) {
+    if (b.len > 0)
+      sbx_buf_puts(&b, "\nStd Error:\n");
+    sbx_buf_append(&b, errs, el);
+  }
+  if (o->timed_out) {
+    if (b.len > 0)
+      sbx_buf_putc(&b, '\n');
+    sbx_buf_puts(&b, "Error: command timed out\nExit Code: 124");
+  } else if (o->exit_code != 0) {
+    if (b.len > 0)
+      sbx_buf_putc(&b, '\n');
+    sbx_buf_printf(&b, "Exit Code: %d", o->exit_code);
+  }
+  if (b.len == 0)
+    sbx_buf_puts(&b, "(no output)");
+  return sbx_buf_steal(&b);
+}

@@ -1,0 +1,50 @@
+/* Text rules of the contract (contract.md §1.1, §1.2): UTF-8 checks, read_file line ranges,
+ * and the rendered execute_command result an agent reads. Pure functions, shared by every
+ * backend so they all answer alike. */
+#ifndef SBX_TEXT_H
+#define SBX_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* A read_file bound that was not given. */
+#define SBX_LINE_NONE INT64_MIN
+
+bool sbx_utf8_valid(const char *s, size_t len);
+/* Copy with each maximal invalid sequence replaced by U+FFFD; *outlen gets the length. */
+char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen);
+
+/* read_file's range: 1-based, inclusive; start < 1 clamps to 1; end <= 0 or start past the end
+ * gives ""; with neither bound the text is returned unchanged. Lines split on '\n', a trailing
+ * '\r' removed from each, joined with '\n' without a trailing newline. */
+char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end,
+                          size_t *outlen);
+
+/* True if key matches ^[A-Za-z_][A-Za-z0-9_]*$. */
+bool sbx_env_key_valid(const char *key, size_t len);
+/* Checks "KEY=VALUE" strings; on a bad key sets DeerFlow's ValueError text. */
+int sbx_env_check(const char *const *env, size_t n, sbx_error_t *err);
+
+/* What a finished command produced, as execute_command renders it. */
+typedef struct {
+  const char *out;
+  size_t out_len;
+  uint64_t out_total; /* bytes the command wrote; > out_len means some were dropped */
+  const char *err;
+  size_t err_len;
+  uint64_t err_total;
+  int exit_code; /* negative = killed by that signal */
+  bool timed_out;
+} sbx_exec_output_t;
+
+/* The truncation marker appended to a stream whose total exceeded what was kept. */
+char *sbx_exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen);
+/* stdout; then stderr (after "\nStd Error:\n" when stdout is non-empty); then on timeout
+ * "Error: command timed out" and "Exit Code: 124" lines, otherwise on a non-zero exit
+ * "Exit Code: N"; "(no output)" if empty. Invalid UTF-8 is replaced. */
+char *sbx_exec_render(const sbx_exec_output_t *o);
+
+#endif

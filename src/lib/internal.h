@@ -1,0 +1,167 @@
+/* libsbx internals shared across src/lib and the backends. */
+#ifndef SBX_INTERNAL_H
+#define SBX_INTERNAL_H
+
+#include <pthread.h>
+#include <sbx/sbx.h>
+
+#include "error.h"
+#include "paths.h"
+#include "util.h"
+
+/* ---- log.c ---- */
+void sbx_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- state.c: the on-disk pool ----
+ *
+ *   $home/sandboxes/<id>/meta   JSON: identity, backend, pid, cgroups, times (see state.c)
+ *   $home/sandboxes/<id>/lease  flock(LOCK_SH) by every front-end holding it active
+ *   $home/sandboxes/<id>/ctl.sock
+ *   $home/locks/<id>            flock(LOCK_EX) while a sandbox is created, checked or destroyed
+ *   $home/locks/pool            flock(LOCK_EX) around creation (replica cap)
+ *   $home/users/<user>/threads/<thread>/user-data/{workspace,uploads,outputs}
+ */
+struct sbx_meta {
+  char id[SBX_ID_LEN + 1];
+  char *user;   /* NULL: throw-away */
+  char *thread; /* NULL: throw-away */
+  char *backend;
+  char *image;
+  double created;
+  double last_used;
+  long pid;
+  unsigned long long pid_start; /* /proc/<pid>/stat field 22, against pid reuse */
+  char *cgroups;                /* linux: "controller=path" lines */
+  char *remote_id;              /* opensandbox: the remote sandbox's id */
+  bool paused;
+  char *extra; /* JSON object kept for front-ends (sbxd: metadata, expiry...) */
+};
+
+void sbx_meta_free(struct sbx_meta *m);
+char *sbx_state_dir(const char *home, const char *id);
+int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err);
+int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err);
+/* Ids of every sandbox directory in the pool. */
+int sbx_state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err);
+/* Opens (creating) and flocks $home/locks/<name>. nonblock: -1 with EWOULDBLOCK if busy. */
+int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
+                  sbx_error_t *err);
+/* Lease handling on $dir/lease: take a shared lease (returns the fd), and test whether anyone
+ * holds one. */
+int sbx_lease_take(const char *home, const char *id, sbx_error_t *err);
+bool sbx_lease_held(const char *home, const char *id);
+/* pids holding a lease on the sandbox (from /proc/locks). */
+int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n);
+/* Creates the host thread folder for (user, thread) safely (no symlink is ever followed) and
+ * returns the path of its user-data directory. */
+char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
+                            sbx_error_t *err);
+unsigned long long sbx_proc_start_time(long pid);
+
+/* ---- backends ---- */
+struct sbx_instance;
+
+/* A backend is a folder behind this table (crun's cgroup-manager pattern). */
+struct sbx_backend_ops {
+  const char *name;
+  unsigned data_owner; /* host uid given the thread's user-data folders */
+  /* Makes the sandbox described by in->meta (id, user, thread already set) and fills in the
+   * backend's fields of in->meta. user_data is the host folder for /mnt/user-data. */
+  int (*create)(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
+  /* Removes everything of the sandbox (processes, cgroups, remote). Must work on a half-made
+   * or dead sandbox. */
+  int (*destroy)(struct sbx_instance *in, sbx_error_t *err);
+  /* false if the sandbox is certainly gone (its init died). */
+  bool (*alive)(struct sbx_instance *in);
+  int64_t (*memory)(struct sbx_instance *in);
+  int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);
+
+  /* contract */
+  int (*exec)(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *opts,
+              struct sbx_exec_result *res, sbx_error_t *err);
+  int (*signal)(struct sbx_instance *in, const char *cmd_id, int signo, sbx_error_t *err);
+  int (*read_text)(struct sbx_instance *in, const char *path, int64_t start, int64_t end,
+                   char **text, size_t *len, sbx_error_t *err);
+  /* Streams the file into fd; max caps the bytes (EFBIG as SBX_E_TOO_LARGE). */
+  int (*read_to_fd)(struct sbx_instance *in, const char *path, uint64_t max, int fd,
+                    sbx_error_t *err);
+  int (*read_to_buf)(struct sbx_instance *in, const char *path, uint64_t max, void **data,
+                     size_t *len, sbx_error_t *err);
+  /* Writes data (or, if data is NULL, what can be read from fd) to path. */
+  int (*write)(struct sbx_instance *in, const char *path, const void *data, size_t len, int fd,
+               bool append, sbx_error_t *err);
+  int (*list_dir)(struct sbx_instance *in, const char *path, int depth, sbx_strv_t *out,
+                  sbx_error_t *err);
+  int (*glob)(struct sbx_instance *in, const char *path, const char *pattern, bool include_dirs,
+              size_t max, sbx_strv_t *out, bool *truncated, sbx_error_t *err);
+  int (*grep)(struct sbx_instance *in, const char *path, const char *pattern,
+              const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n,
+              bool *truncated, sbx_error_t *err);
+};
+
+extern const struct sbx_backend_ops sbx_backend_linux;
+const struct sbx_backend_ops *sbx_backend_find(const char *name);
+
+/* One sandbox as the library sees it. */
+struct sbx_instance {
+  struct sbx_provider_s *provider;
+  const char *home;
+  const struct sbx_config *cfg;
+  const struct sbx_backend_ops *ops;
+  struct sbx_meta meta;
+  char *dir; /* $home/sandboxes/<id> */
+  void *backend_data;
+};
+
+/* An acquired sandbox: the instance plus the lease this process holds. */
+struct sbx_sandbox_s {
+  struct sbx_instance in;
+  int lease_fd;
+  bool broken; /* a terminal error happened: evict on release */
+  struct sbx_sandbox_s *next;
+};
+
+struct sbx_provider_s {
+  char *home;
+  const struct sbx_config *cfg;
+  struct sbx_config *owned_cfg;
+  const struct sbx_backend_ops *ops;
+  pthread_mutex_t lock;
+  struct sbx_sandbox_s *held;
+  bool shut_down;
+};
+
+/* Loads the instance of id (meta + ops) without taking anything. */
+int sbx__instance_load(struct sbx_provider_s *p, const char *id, struct sbx_instance *in,
+                       sbx_error_t *err);
+void sbx__instance_free(struct sbx_instance *in);
+/* Called by the contract layer when an operation hit a terminal error. */
+void sbx__sandbox_broken(sbx_sandbox_t *sb);
+
+/* ---- agent client (client.c): the contract over sbx-init's protocol, for local backends ---- */
+int sbx__agent_connect(const char *dir, sbx_error_t *err);
+int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err);
+int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
+                    struct sbx_exec_result *res, sbx_error_t *err);
+int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sbx_error_t *err);
+int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t start, int64_t end,
+                         char **text, size_t *len, sbx_error_t *err);
+int sbx__agent_read_to_fd(struct sbx_instance *in, const char *path, uint64_t max, int fd,
+                          sbx_error_t *err);
+int sbx__agent_read_to_buf(struct sbx_instance *in, const char *path, uint64_t max, void **data,
+                           size_t *len, sbx_error_t *err);
+int sbx__agent_write(struct sbx_instance *in, const char *path, const void *data, size_t len,
+                     int fd, bool append, sbx_error_t *err);
+int sbx__agent_list_dir(struct sbx_instance *in, const char *path, int depth, sbx_strv_t *out,
+                        sbx_error_t *err);
+int sbx__agent_glob(struct sbx_instance *in, const char *path, const char *pattern,
+                    bool include_dirs, size_t max, sbx_strv_t *out, bool *truncated,
+                    sbx_error_t *err);
+int sbx__agent_grep(struct sbx_instance *in, const char *path, const char *pattern,
+                    const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n,
+                    bool *truncated, sbx_error_t *err);
+/* Generic request on a fresh connection; the reply's payload is returned for OK. */
+int sbx__agent_simple(const char *dir, uint16_t type, const void *req, size_t len, char **reply,
+                      size_t *reply_len, sbx_error_t *err);
+
+#endif

@@ -1,0 +1,713 @@
+/* The provider: DeerFlow's SandboxProvider lifecycle over the shared on-disk pool.
+ *
+ *   acquire(user, thread): same scope -> same id. Active elsewhere: share it. Warm: health check
+ *     (run `true`, health_check_timeout), then reclaim; a failed check destroys it and creates a
+ *     fresh one in the same call. Missing or dead: create, first enforcing the replica soft cap
+ *     (destroy exactly one warm sandbox, the one idle longest; never an active one).
+ *   release(id): record last-used, drop the lease: the sandbox is warm, its processes keep
+ *     running.
+ *   gc(): dead sandboxes are cleaned up; warm ones idle strictly longer than idle_timeout are
+ *     destroyed.
+ *
+ * "Active" means someone holds a shared flock on the sandbox's lease file; the kernel drops it
+ * when that process dies, so a crashed front-end's sandbox simply becomes warm. Every change to
+ * one sandbox happens under its exclusive lock (locks/<id>), creation under locks/pool too, so
+ * two processes acquiring one scope at once end with one sandbox. See docs/lifecycle.md. */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define LOCK_POOL "pool"
+
+const struct sbx_backend_ops *sbx_backend_find(const char *name)
+{
+  if (name == NULL || strcmp(name, "linux") == 0)
+    return &sbx_backend_linux;
+  return NULL;
+}
+
+const char *sbx_state_name(int state)
+{
+  switch (state) {
+  case SBX_STATE_ACTIVE:
+    return "active";
+  case SBX_STATE_WARM:
+    return "warm";
+  case SBX_STATE_CREATING:
+    return "creating";
+  default:
+    return "dead";
+  }
+}
+
+sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
+                                 sbx_error_t *err)
+{
+  if (home == NULL || *home == '\0')
+    home = getenv("SBX_HOME");
+  if (home == NULL || *home == '\0')
+    home = ".sbx";
+  if (sbx_mkdir_p(home, 0700) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", home), NULL;
+  char real[PATH_MAX];
+  if (realpath(home, real) == NULL)
+    return sbx_make_error(err, errno, SBX_E_IO, "resolve state directory `%s`", home), NULL;
+  cleanup_free char *sandboxes = xasprintf("%s/sandboxes", real);
+  cleanup_free char *locks = xasprintf("%s/locks", real);
+  if (sbx_mkdir_p(sandboxes, 0700) < 0 || sbx_mkdir_p(locks, 0700) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", real), NULL;
+  struct sbx_provider_s *p = xzalloc(sizeof *p);
+  if (cfg == NULL)
+    cfg = p->owned_cfg = sbx_config_new_default();
+  p->cfg = cfg;
+  p->ops = sbx_backend_find(cfg->use);
+  if (p->ops == NULL) {
+    sbx_make_error(err, 0, SBX_E_CONFIG, "unknown backend '%s'", cfg->use);
+    sbx_config_free(p->owned_cfg);
+    free(p);
+    return NULL;
+  }
+  p->home = xstrdup(real);
+  pthread_mutex_init(&p->lock, NULL);
+  return p;
+}
+
+const char *sbx_provider_home(const sbx_provider_t *p)
+{
+  return p->home;
+}
+
+const struct sbx_config *sbx_provider_config(const sbx_provider_t *p)
+{
+  return p->cfg;
+}
+
+const char *sbx_sandbox_id(const sbx_sandbox_t *sb)
+{
+  return sb->in.meta.id;
+}
+
+int sbx__instance_load(struct sbx_provider_s *p, const char *id, struct sbx_instance *in,
+                       sbx_error_t *err)
+{
+  memset(in, 0, sizeof *in);
+  if (sbx_meta_read(p->home, id, &in->meta, err) < 0)
+    return -1;
+  in->provider = p;
+  in->home = p->home;
+  in->cfg = p->cfg;
+  in->dir = sbx_state_dir(p->home, id);
+  in->ops = sbx_backend_find(in->meta.backend);
+  if (in->ops == NULL) {
+    sbx_make_error(err, 0, SBX_E_CONFIG, "sandbox %s uses unknown backend '%s'", id,
+                   in->meta.backend);
+    sbx__instance_free(in);
+    return -1;
+  }
+  return 0;
+}
+
+void sbx__instance_free(struct sbx_instance *in)
+{
+  sbx_meta_free(&in->meta);
+  free(in->dir);
+  in->dir = NULL;
+}
+
+/* Removes the sandbox's processes and state. The caller holds locks/<id>. */
+static int instance_destroy(struct sbx_instance *in, sbx_error_t *err)
+{
+  int r = in->ops ? in->ops->destroy(in, err) : 0;
+  cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
+  cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd >= 0 && sbx_rm_rf_at(pfd, in->meta.id) < 0 && r == 0)
+    r = sbx_make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
+  return r;
+}
+
+/* Destroys whatever is left of id (dead, half-made or live). Caller holds locks/<id>. */
+static int destroy_id(struct sbx_provider_s *p, const char *id, sbx_error_t *err)
+{
+  struct sbx_instance in;
+  sbx_error_t lerr = NULL;
+  if (sbx__instance_load(p, id, &in, &lerr) < 0) {
+    sbx_error_release(&lerr);
+    /* no readable meta: nothing was launched yet, only the folder is left */
+    memset(&in, 0, sizeof in);
+    snprintf(in.meta.id, sizeof in.meta.id, "%s", id);
+    in.home = p->home;
+    in.dir = sbx_state_dir(p->home, id);
+  }
+  int r = instance_destroy(&in, err);
+  sbx__instance_free(&in);
+  return r;
+}
+
+static struct sbx_sandbox_s *held_find(struct sbx_provider_s *p, const char *id)
+{
+  for (struct sbx_sandbox_s *s = p->held; s; s = s->next)
+    if (strcmp(s->in.meta.id, id) == 0)
+      return s;
+  return NULL;
+}
+
+static void held_remove(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
+{
+  for (struct sbx_sandbox_s **pp = &p->held; *pp; pp = &(*pp)->next)
+    if (*pp == sb) {
+      *pp = sb->next;
+      return;
+    }
+}
+
+static void handle_free(struct sbx_sandbox_s *sb)
+{
+  if (sb->lease_fd >= 0)
+    close(sb->lease_fd);
+  sbx__instance_free(&sb->in);
+  free(sb);
+}
+
+struct candidate {
+  char id[SBX_ID_LEN + 1];
+  double last_used;
+};
+
+static int cmp_candidate(const void *a, const void *b)
+{
+  double x = ((const struct candidate *) a)->last_used;
+  double y = ((const struct candidate *) b)->last_used;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Before a create at or over the cap: destroy exactly one warm sandbox, the one idle longest.
+ * Caller holds locks/pool. */
+static void enforce_cap(struct sbx_provider_s *p, const char *creating)
+{
+  sbx_strv_t ids = {0};
+  if (sbx_state_list_ids(p->home, &ids, NULL) < 0)
+    return;
+  struct candidate *warm = xreallocarray(NULL, ids.n + 1, sizeof *warm);
+  size_t n_warm = 0, count = 0;
+  for (size_t i = 0; i < ids.n; i++) {
+    if (strcmp(ids.v[i], creating) == 0)
+      continue;
+    struct sbx_instance in;
+    sbx_error_t lerr = NULL;
+    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
+      sbx_error_release(&lerr);
+      continue;
+    }
+    if (in.ops->alive(&in)) {
+      count++;
+      if (!sbx_lease_held(p->home, ids.v[i])) {
+        snprintf(warm[n_warm].id, sizeof warm[n_warm].id, "%s", ids.v[i]);
+        warm[n_warm++].last_used = in.meta.last_used;
+      }
+    }
+    sbx__instance_free(&in);
+  }
+  if (count >= (size_t) p->cfg->replicas) {
+    qsort(warm, n_warm, sizeof *warm, cmp_candidate);
+    bool evicted = false;
+    for (size_t i = 0; i < n_warm && !evicted; i++) {
+      /* skip one being reclaimed or destroyed right now */
+      int fd = sbx_lock_take(p->home, warm[i].id, true, true, NULL);
+      if (fd < 0)
+        continue;
+      if (!sbx_lease_held(p->home, warm[i].id)) {
+        sbx_error_t derr = NULL;
+        if (destroy_id(p, warm[i].id, &derr) < 0) {
+          sbx_log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
+          sbx_error_release(&derr);
+        } else {
+          sbx_log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
+        }
+        evicted = true;
+      }
+      close(fd);
+    }
+    if (!evicted)
+      sbx_log(SBX_LOG_WARNING,
+              "All %d replica slots are in active use; creating sandbox %s beyond the soft "
+              "limit",
+              p->cfg->replicas, creating);
+  }
+  free(warm);
+  sbx_strv_free(&ids);
+}
+
+static int health_check(struct sbx_instance *in, sbx_error_t *err)
+{
+  static const char *const argv[] = {"true", NULL};
+  struct sbx_exec_opts o = {.argv = argv, .timeout = (double) in->cfg->health_check_timeout};
+  struct sbx_exec_result r;
+  if (in->ops->exec(in, NULL, &o, &r, err) < 0)
+    return -1;
+  int code = r.exit_code;
+  sbx_exec_result_free(&r);
+  if (code != 0)
+    return sbx_make_error(err, 0, SBX_E_BACKEND, "health check exited with %d", code);
+  return 0;
+}
+
+/* Creates id. Caller holds locks/<id>; this takes locks/pool. */
+static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, const char *user,
+                                    const char *thread, sbx_error_t *err)
+{
+  int pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
+  if (pool < 0)
+    return NULL;
+  enforce_cap(p, id);
+  struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
+  sb->lease_fd = -1;
+  struct sbx_instance *in = &sb->in;
+  in->provider = p;
+  in->home = p->home;
+  in->cfg = p->cfg;
+  in->ops = p->ops;
+  in->dir = sbx_state_dir(p->home, id);
+  snprintf(in->meta.id, sizeof in->meta.id, "%s", id);
+  in->meta.user = thread ? xstrdup(user) : NULL;
+  in->meta.thread = thread ? xstrdup(thread) : NULL;
+  in->meta.backend = xstrdup(p->ops->name);
+  in->meta.image = xstrdup(p->cfg->image);
+  in->meta.created = in->meta.last_used = sbx_realtime_sec();
+  cleanup_free char *user_data = NULL;
+  if (mkdir(in->dir, 0700) < 0 && errno != EEXIST) {
+    sbx_make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
+    goto fail;
+  }
+  if (sbx_meta_write(p->home, &in->meta, err) < 0)
+    goto fail;
+  /* lease first: the new sandbox must never look warm (and reapable) to anyone */
+  sb->lease_fd = sbx_lease_take(p->home, id, err);
+  if (sb->lease_fd < 0)
+    goto fail;
+  if (thread) {
+    user_data = sbx_thread_dir_ensure(p->home, user, thread, p->ops->data_owner, err);
+  } else {
+    /* a throw-away sandbox's files live and die with it */
+    user_data = xasprintf("%s/user-data", in->dir);
+    const char *subs[] = {"", "/workspace", "/uploads", "/outputs"};
+    for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+      cleanup_free char *d = xasprintf("%s%s", user_data, subs[i]);
+      if (mkdir(d, 0755) < 0 || chown(d, p->ops->data_owner, p->ops->data_owner) < 0) {
+        sbx_make_error(err, errno, SBX_E_IO, "create `%s`", d);
+        free(user_data);
+        user_data = NULL;
+        break;
+      }
+    }
+  }
+  if (user_data == NULL)
+    goto fail;
+  if (p->ops->create(in, user_data, err) < 0)
+    goto fail;
+  if (sbx_meta_write(p->home, &in->meta, err) < 0)
+    goto fail;
+  close(pool);
+  return sb;
+fail:
+  if (err && *err)
+    sbx_error_wrap(err, "create sandbox %s", id);
+  instance_destroy(in, NULL);
+  handle_free(sb);
+  close(pool);
+  return NULL;
+}
+
+/* Reclaims id if it exists and is healthy, else (re)creates it. Caller holds locks/<id>. */
+static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const char *id,
+                                               const char *user, const char *thread,
+                                               sbx_error_t *err)
+{
+  struct sbx_instance in;
+  sbx_error_t lerr = NULL;
+  if (sbx__instance_load(p, id, &in, &lerr) < 0) {
+    bool missing = lerr->kind == SBX_E_NOT_FOUND;
+    sbx_error_release(&lerr);
+    if (!missing)
+      destroy_id(p, id, NULL); /* half-made by a crashed process */
+    else {
+      cleanup_free char *dir = sbx_state_dir(p->home, id);
+      if (access(dir, F_OK) == 0)
+        destroy_id(p, id, NULL);
+    }
+    return create(p, id, user, thread, err);
+  }
+  if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
+      strcmp(in.meta.thread, thread) != 0) {
+    sbx_make_error(err, 0, SBX_E_CONFLICT,
+                   "sandbox id %s collides with a sandbox of another scope; refusing to hand it "
+                   "over",
+                   id);
+    sbx__instance_free(&in);
+    return NULL;
+  }
+  if (!in.ops->alive(&in)) {
+    sbx_log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
+    instance_destroy(&in, NULL);
+    sbx__instance_free(&in);
+    return create(p, id, user, thread, err);
+  }
+  bool active = sbx_lease_held(p->home, id);
+  if (!active && !in.meta.paused) {
+    sbx_error_t herr = NULL;
+    if (health_check(&in, &herr) < 0) {
+      sbx_log(SBX_LOG_WARNING, "sandbox %s failed its health check (%s); replacing it", id,
+              herr->msg);
+      sbx_error_release(&herr);
+      instance_destroy(&in, NULL);
+      sbx__instance_free(&in);
+      return create(p, id, user, thread, err);
+    }
+  }
+  struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
+  sb->in = in;
+  sb->lease_fd = sbx_lease_take(p->home, id, err);
+  if (sb->lease_fd < 0) {
+    handle_free(sb);
+    return NULL;
+  }
+  sb->in.meta.last_used = sbx_realtime_sec();
+  sbx_meta_write(p->home, &sb->in.meta, NULL);
+  return sb;
+}
+
+sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thread,
+                           sbx_error_t *err)
+{
+  if (user == NULL)
+    user = "default";
+  if (p->shut_down)
+    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"),
+           NULL;
+  char id[SBX_ID_LEN + 1];
+  if (thread == NULL) {
+    if (!sbx_user_id_valid(user))
+      return sbx_make_error(err, 0, SBX_E_INVALID, "Invalid user_id: %s", user), NULL;
+    sbx_random_hex(id, SBX_ID_LEN);
+  } else {
+    if (sbx_scope_check(user, thread, err) < 0)
+      return NULL;
+    sbx_scope_id(user, thread, id);
+  }
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *have = held_find(p, id);
+  if (have && !have->broken) {
+    pthread_mutex_unlock(&p->lock);
+    return have;
+  }
+  if (have) { /* broken: it was evicted; drop the handle and start over */
+    held_remove(p, have);
+    handle_free(have);
+  }
+  pthread_mutex_unlock(&p->lock);
+
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return NULL;
+  pthread_mutex_lock(&p->lock);
+  have = held_find(p, id); /* another thread of this process got it meanwhile */
+  pthread_mutex_unlock(&p->lock);
+  struct sbx_sandbox_s *sb = NULL;
+  if (have && !have->broken)
+    sb = have;
+  else if (thread == NULL)
+    sb = create(p, id, user, NULL, err);
+  else
+    sb = reclaim_or_create(p, id, user, thread, err);
+  if (sb && sb != have) {
+    pthread_mutex_lock(&p->lock);
+    if (p->shut_down) {
+      pthread_mutex_unlock(&p->lock);
+      instance_destroy(&sb->in, NULL);
+      handle_free(sb);
+      close(lock);
+      return sbx_make_error(err, 0, SBX_E_SHUTDOWN,
+                            "the sandbox provider was shut down during acquire"),
+             NULL;
+    }
+    sb->next = p->held;
+    p->held = sb;
+    pthread_mutex_unlock(&p->lock);
+  }
+  close(lock);
+  return sb;
+}
+
+sbx_sandbox_t *sbx_get(sbx_provider_t *p, const char *id)
+{
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *sb = id ? held_find(p, id) : NULL;
+  pthread_mutex_unlock(&p->lock);
+  return sb && !sb->broken ? sb : NULL;
+}
+
+/* Parks (or, when broken or shut down, destroys) one held sandbox. */
+static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, sbx_error_t *err)
+{
+  int r = 0;
+  int lock = sbx_lock_take(p->home, sb->in.meta.id, true, false, err);
+  if (lock < 0)
+    return -1;
+  if (sb->broken || p->shut_down) {
+    close(sb->lease_fd);
+    sb->lease_fd = -1;
+    if (!sb->broken) /* a broken one was destroyed already */
+      r = instance_destroy(&sb->in, err);
+  } else {
+    /* last-used first, then the lease: whoever sees it warm also sees the new time */
+    struct sbx_meta m;
+    if (sbx_meta_read(p->home, sb->in.meta.id, &m, NULL) == 0) {
+      m.last_used = sbx_realtime_sec();
+      sbx_meta_write(p->home, &m, NULL);
+      sbx_meta_free(&m);
+    }
+    close(sb->lease_fd);
+    sb->lease_fd = -1;
+  }
+  close(lock);
+  return r;
+}
+
+int sbx_release(sbx_provider_t *p, const char *id, sbx_error_t *err)
+{
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *sb = id ? held_find(p, id) : NULL;
+  if (sb)
+    held_remove(p, sb);
+  pthread_mutex_unlock(&p->lock);
+  if (sb == NULL)
+    return 0; /* unknown id: nothing to do */
+  int r = park(p, sb, err);
+  handle_free(sb);
+  return r;
+}
+
+int sbx_park(sbx_provider_t *p, const char *id, sbx_error_t *err)
+{
+  if (!sbx_id_valid(id))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
+  if (sbx_get(p, id))
+    return sbx_release(p, id, err);
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return -1;
+  struct sbx_meta m;
+  int r = sbx_meta_read(p->home, id, &m, err);
+  if (r == 0) {
+    m.last_used = sbx_realtime_sec();
+    r = sbx_meta_write(p->home, &m, err);
+    sbx_meta_free(&m);
+  }
+  close(lock);
+  return r;
+}
+
+int sbx_scope_to_id(const char *user, const char *thread, char out[17], sbx_error_t *err)
+{
+  if (sbx_scope_check(user ? user : "default", thread, err) < 0)
+    return -1;
+  sbx_scope_id(user ? user : "default", thread, out);
+  return 0;
+}
+
+void sbx__sandbox_broken(sbx_sandbox_t *sb)
+{
+  struct sbx_provider_s *p = sb->in.provider;
+  if (sb->broken)
+    return;
+  sb->broken = true;
+  sbx_log(SBX_LOG_WARNING, "sandbox %s is broken; evicting it", sb->in.meta.id);
+  close(sb->lease_fd);
+  sb->lease_fd = -1;
+  int lock = sbx_lock_take(p->home, sb->in.meta.id, true, false, NULL);
+  instance_destroy(&sb->in, NULL);
+  if (lock >= 0)
+    close(lock);
+}
+
+int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
+{
+  if (!sbx_id_valid(id))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *sb = held_find(p, id);
+  if (sb)
+    held_remove(p, sb);
+  pthread_mutex_unlock(&p->lock);
+  if (sb)
+    handle_free(sb);
+  cleanup_free char *dir = sbx_state_dir(p->home, id);
+  if (access(dir, F_OK) < 0)
+    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id);
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return -1;
+  int r = destroy_id(p, id, err);
+  close(lock);
+  return r;
+}
+
+int sbx_reset(sbx_provider_t *p, sbx_error_t *err)
+{
+  int r = 0;
+  for (;;) {
+    pthread_mutex_lock(&p->lock);
+    struct sbx_sandbox_s *sb = p->held;
+    if (sb)
+      held_remove(p, sb);
+    pthread_mutex_unlock(&p->lock);
+    if (sb == NULL)
+      break;
+    sbx_error_t e = NULL;
+    if (park(p, sb, &e) < 0) {
+      if (err && *err == NULL)
+        *err = e;
+      else
+        sbx_error_release(&e);
+      r = -1;
+    }
+    handle_free(sb);
+  }
+  return r;
+}
+
+int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err)
+{
+  pthread_mutex_lock(&p->lock);
+  p->shut_down = true;
+  struct sbx_sandbox_s *sb = p->held;
+  p->held = NULL;
+  pthread_mutex_unlock(&p->lock);
+  while (sb) {
+    struct sbx_sandbox_s *next = sb->next;
+    handle_free(sb);
+    sb = next;
+  }
+  sbx_strv_t ids = {0};
+  if (sbx_state_list_ids(p->home, &ids, err) < 0)
+    return -1;
+  int r = 0;
+  for (size_t i = 0; i < ids.n; i++) {
+    int lock = sbx_lock_take(p->home, ids.v[i], true, false, NULL);
+    sbx_error_t e = NULL;
+    if (destroy_id(p, ids.v[i], &e) < 0) {
+      sbx_log(SBX_LOG_WARNING, "shutdown: %s", e->msg);
+      if (err && *err == NULL)
+        *err = e;
+      else
+        sbx_error_release(&e);
+      r = -1;
+    }
+    if (lock >= 0)
+      close(lock);
+  }
+  sbx_strv_free(&ids);
+  return r;
+}
+
+int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
+{
+  sbx_strv_t ids = {0};
+  if (sbx_state_list_ids(p->home, &ids, err) < 0)
+    return -1;
+  int removed = 0;
+  double now = sbx_realtime_sec();
+  for (size_t i = 0; i < ids.n; i++) {
+    int lock = sbx_lock_take(p->home, ids.v[i], true, true, NULL);
+    if (lock < 0)
+      continue; /* busy: being created, reclaimed or destroyed */
+    struct sbx_instance in;
+    sbx_error_t lerr = NULL;
+    const char *why = NULL;
+    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
+      sbx_error_release(&lerr);
+      why = "half-made";
+      destroy_id(p, ids.v[i], NULL);
+    } else {
+      if (!in.ops->alive(&in))
+        why = "dead";
+      else if (p->cfg->idle_timeout > 0 && !sbx_lease_held(p->home, ids.v[i]) &&
+               now - in.meta.last_used > (double) p->cfg->idle_timeout)
+        why = "idle";
+      if (why)
+        instance_destroy(&in, NULL);
+      sbx__instance_free(&in);
+    }
+    if (why) {
+      sbx_log(SBX_LOG_INFO, "reaped sandbox %s (%s)", ids.v[i], why);
+      removed++;
+    }
+    close(lock);
+  }
+  sbx_strv_free(&ids);
+  return removed;
+}
+
+int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_error_t *err)
+{
+  *out = NULL;
+  *n = 0;
+  sbx_strv_t ids = {0};
+  if (sbx_state_list_ids(p->home, &ids, err) < 0)
+    return -1;
+  struct sbx_sandbox_info *v = xzalloc((ids.n + 1) * sizeof *v);
+  size_t k = 0;
+  for (size_t i = 0; i < ids.n; i++) {
+    struct sbx_instance in;
+    sbx_error_t lerr = NULL;
+    struct sbx_sandbox_info *info = &v[k];
+    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
+      sbx_error_release(&lerr);
+      continue; /* being created */
+    }
+    snprintf(info->id, sizeof info->id, "%s", ids.v[i]);
+    info->user = in.meta.user ? xstrdup(in.meta.user) : NULL;
+    info->thread = in.meta.thread ? xstrdup(in.meta.thread) : NULL;
+    info->backend = xstrdup(in.meta.backend);
+    info->pid = in.meta.pid;
+    info->created = in.meta.created;
+    info->last_used = in.meta.last_used;
+    info->paused = in.meta.paused;
+    bool alive = in.ops->alive(&in);
+    info->state = !alive ? SBX_STATE_DEAD
+                  : sbx_lease_held(p->home, ids.v[i]) ? SBX_STATE_ACTIVE
+                                                      : SBX_STATE_WARM;
+    info->memory = alive && in.ops->memory ? in.ops->memory(&in) : -1;
+    sbx_lease_owners(p->home, ids.v[i], &info->owners, &info->n_owners);
+    sbx__instance_free(&in);
+    k++;
+  }
+  sbx_strv_free(&ids);
+  *out = v;
+  *n = k;
+  return 0;
+}
+
+void sbx_sandbox_info_free(struct sbx_sandbox_info *infos, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    free(infos[i].user);
+    free(infos[i].thread);
+    free(infos[i].backend);
+    free(infos[i].owners);
+  }
+  free(infos);
+}
+
+void sbx_provider_free(sbx_provider_t *p)
+{
+  if (p == NULL)
+    return;
+  sbx_reset(p, NULL);
+  pthread_mutex_destroy(&p->lock);
+  sbx_config_free(p->owned_cfg);
+  free(p->home);
+  free(p);
+}

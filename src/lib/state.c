@@ -1,0 +1,291 @@
+/* The on-disk pool shared by every process on a host (layout in internal.h). Files are
+ * written atomically (temp + rename); coordination is by flock, which the kernel releases when
+ * a process dies, so a crashed front-end can never leave a lock or a lease behind. */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#define META_MAX (1u << 20)
+
+void sbx_meta_free(struct sbx_meta *m)
+{
+  free(m->user);
+  free(m->thread);
+  free(m->backend);
+  free(m->image);
+  free(m->cgroups);
+  free(m->remote_id);
+  free(m->extra);
+  memset(m, 0, sizeof *m);
+}
+
+char *sbx_state_dir(const char *home, const char *id)
+{
+  return xasprintf("%s/sandboxes/%s", home, id);
+}
+
+static char *dup_json_str(json_t *o, const char *key)
+{
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? xstrdup(s) : NULL;
+}
+
+int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err)
+{
+  memset(m, 0, sizeof *m);
+  if (!sbx_id_valid(id))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id);
+  cleanup_free char *path = xasprintf("%s/sandboxes/%s/meta", home, id);
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  if (sbx_read_file_at(AT_FDCWD, path, META_MAX, &data, &len) < 0)
+    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO,
+                          "sandbox %s: read `%s`", id, path);
+  json_error_t je;
+  json_t *o = json_loadb(data, len, 0, &je);
+  if (o == NULL || !json_is_object(o)) {
+    json_decref(o);
+    return sbx_make_error(err, 0, SBX_E_IO, "sandbox %s: corrupt `%s`", id, path);
+  }
+  snprintf(m->id, sizeof m->id, "%s", id);
+  m->user = dup_json_str(o, "user");
+  m->thread = dup_json_str(o, "thread");
+  m->backend = dup_json_str(o, "backend");
+  m->image = dup_json_str(o, "image");
+  m->cgroups = dup_json_str(o, "cgroups");
+  m->remote_id = dup_json_str(o, "remote_id");
+  m->created = json_number_value(json_object_get(o, "created"));
+  m->last_used = json_number_value(json_object_get(o, "last_used"));
+  m->pid = (long) json_integer_value(json_object_get(o, "pid"));
+  m->pid_start = (unsigned long long) json_integer_value(json_object_get(o, "pid_start"));
+  m->paused = json_is_true(json_object_get(o, "paused"));
+  json_t *extra = json_object_get(o, "extra");
+  if (json_is_object(extra))
+    m->extra = json_dumps(extra, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  if (m->backend == NULL)
+    m->backend = xstrdup("linux");
+  return 0;
+}
+
+int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
+{
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_string(m->id));
+  if (m->user)
+    json_object_set_new(o, "user", json_string(m->user));
+  if (m->thread)
+    json_object_set_new(o, "thread", json_string(m->thread));
+  json_object_set_new(o, "backend", json_string(m->backend ? m->backend : "linux"));
+  if (m->image)
+    json_object_set_new(o, "image", json_string(m->image));
+  json_object_set_new(o, "created", json_real(m->created));
+  json_object_set_new(o, "last_used", json_real(m->last_used));
+  json_object_set_new(o, "pid", json_integer(m->pid));
+  json_object_set_new(o, "pid_start", json_integer((json_int_t) m->pid_start));
+  if (m->cgroups)
+    json_object_set_new(o, "cgroups", json_string(m->cgroups));
+  if (m->remote_id)
+    json_object_set_new(o, "remote_id", json_string(m->remote_id));
+  json_object_set_new(o, "paused", json_boolean(m->paused));
+  if (m->extra) {
+    json_t *extra = json_loads(m->extra, 0, NULL);
+    if (json_is_object(extra))
+      json_object_set_new(o, "extra", extra);
+    else
+      json_decref(extra);
+  }
+  cleanup_free char *data = json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS);
+  json_decref(o);
+  if (data == NULL)
+    return sbx_make_error(err, 0, SBX_E_INTERNAL, "sandbox %s: encode metadata", m->id);
+  cleanup_free char *dir = sbx_state_dir(home, m->id);
+  cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0 || sbx_write_file_at(dfd, "meta", data, strlen(data), 0600) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: write `%s/meta`", m->id, dir);
+  return 0;
+}
+
+int sbx_state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err)
+{
+  cleanup_free char *dir = xasprintf("%s/sandboxes", home);
+  cleanup_dir DIR *d = opendir(dir);
+  if (d == NULL) {
+    if (errno == ENOENT)
+      return 0;
+    return sbx_make_error(err, errno, SBX_E_IO, "list `%s`", dir);
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (sbx_id_valid(de->d_name))
+      sbx_strv_push(ids, de->d_name);
+  sbx_strv_sort(ids);
+  return 0;
+}
+
+int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
+                  sbx_error_t *err)
+{
+  cleanup_free char *path = xasprintf("%s/locks/%s", home, name);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno == ENOENT) {
+    cleanup_free char *dir = xasprintf("%s/locks", home);
+    if (sbx_mkdir_p(dir, 0700) == 0)
+      fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  }
+  if (fd < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "open lock `%s`", path);
+  int op = (exclusive ? LOCK_EX : LOCK_SH) | (nonblock ? LOCK_NB : 0);
+  if (TEMP_FAILURE_RETRY(flock(fd, op)) < 0) {
+    int saved = errno;
+    close(fd);
+    if (saved == EWOULDBLOCK) {
+      errno = EWOULDBLOCK;
+      return -1;
+    }
+    return sbx_make_error(err, saved, SBX_E_IO, "lock `%s`", path);
+  }
+  return fd;
+}
+
+int sbx_lease_take(const char *home, const char *id, sbx_error_t *err)
+{
+  cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
+  int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "open lease `%s`", path);
+  if (TEMP_FAILURE_RETRY(flock(fd, LOCK_SH)) < 0) {
+    int saved = errno;
+    close(fd);
+    return sbx_make_error(err, saved, SBX_E_IO, "take lease `%s`", path);
+  }
+  return fd;
+}
+
+bool sbx_lease_held(const char *home, const char *id)
+{
+  cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
+  cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+    return errno == EWOULDBLOCK;
+  flock(fd, LOCK_UN);
+  return false;
+}
+
+int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n)
+{
+  *pids = NULL;
+  *n = 0;
+  cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
+  struct stat st;
+  if (stat(path, &st) < 0)
+    return 0;
+  cleanup_file FILE *f = fopen("/proc/locks", "re");
+  if (f == NULL)
+    return 0;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    /* "1: FLOCK  ADVISORY  READ  1234 fd:01:5678 0 EOF" */
+    char kind[16], mode[16], access[16];
+    long pid;
+    unsigned maj, min;
+    unsigned long long ino;
+    if (strstr(line, "->") != NULL) /* a blocked waiter, not an owner */
+      continue;
+    if (sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%llu", kind, mode, access, &pid, &maj, &min,
+               &ino) != 7)
+      continue;
+    if (strcmp(kind, "FLOCK") != 0 || ino != (unsigned long long) st.st_ino ||
+        makedev(maj, min) != st.st_dev)
+      continue;
+    *pids = xreallocarray(*pids, *n + 1, sizeof **pids);
+    (*pids)[(*n)++] = pid;
+  }
+  return 0;
+}
+
+/* Opens name inside dirfd as a directory, creating it; never follows a symlink (a sandbox can
+ * plant one in its own user-data folder). */
+static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, bool chown_it)
+{
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  bool created = false;
+  if (fd < 0 && errno == ENOENT) {
+    if (mkdirat(dirfd, name, mode) < 0 && errno != EEXIST)
+      return -1;
+    created = true;
+    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (fd < 0)
+    return -1;
+  /* the sandbox's root must own its folders (the host's root is nobody inside) */
+  struct stat st;
+  if (chown_it && fstat(fd, &st) == 0 && (st.st_uid != owner || created)) {
+    if (fchown(fd, owner, owner) < 0 || (created && fchmod(fd, mode) < 0)) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
+                            sbx_error_t *err)
+{
+  const char *parts[] = {"users", user, "threads", thread, "user-data"};
+  cleanup_close int fd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "open `%s`", home), NULL;
+  for (size_t i = 0; i < ARRAY_SIZE(parts); i++) {
+    bool last = i + 1 == ARRAY_SIZE(parts);
+    int next = open_dir_at(fd, parts[i], last ? 0755 : 0711, owner, last);
+    if (next < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`",
+                            parts[i], home),
+             NULL;
+    close(fd);
+    fd = next;
+  }
+  static const char *const subs[] = {"workspace", "uploads", "outputs"};
+  for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+    int sub = open_dir_at(fd, subs[i], 0755, owner, true);
+    if (sub < 0)
+      return sbx_make_error(err, errno, SBX_E_IO,
+                            "create `%s` in the user-data folder of thread %s (a symlink there "
+                            "is refused)",
+                            subs[i], thread),
+             NULL;
+    close(sub);
+  }
+  return xasprintf("%s/users/%s/threads/%s/user-data", home, user, thread);
+}
+
+unsigned long long sbx_proc_start_time(long pid)
+{
+  if (pid <= 0)
+    return 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  cleanup_free char *data = NULL;
+  if (sbx_read_file_at(AT_FDCWD, path, 4096, &data, NULL) < 0)
+    return 0;
+  /* the command name may contain spaces and parentheses: fields follow the last ')' */
+  char *p = strrchr(data, ')');
+  if (p == NULL)
+    return 0;
+  p += 2;
+  /* p is at field 3 (state); start time is field 22 */
+  for (int field = 3; field < 22 && p; field++) {
+    p = strchr(p, ' ');
+    if (p)
+      p++;
+  }
+  return p ? strtoull(p, NULL, 10) : 0;
+}

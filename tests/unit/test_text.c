@@ -1,0 +1,136 @@
+/* Unit tests for src/common/text.c: UTF-8, read_file ranges, the rendered exec result. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text.h"
+#include "util.h"
+
+static void check_range(const char *text, int64_t start, int64_t end, const char *want)
+{
+  size_t n;
+  char *got = sbx_text_line_range(text, strlen(text), start, end, &n);
+  assert_string_equal(got, want);
+  assert_int_equal(n, strlen(want));
+  free(got);
+}
+
+static void test_line_range(void **state)
+{
+  (void) state;
+  const char *t = "one\ntwo\r\nthree\nfour\n";
+  check_range(t, SBX_LINE_NONE, SBX_LINE_NONE, t); /* no range: unchanged */
+  check_range(t, 2, 3, "two\nthree");              /* inclusive, CRLF stripped */
+  check_range(t, -5, 1, "one");                    /* start below 1 clamps to 1 */
+  check_range(t, 0, 2, "one\ntwo");
+  check_range(t, 3, SBX_LINE_NONE, "three\nfour"); /* no end: to EOF */
+  check_range(t, SBX_LINE_NONE, 2, "one\ntwo");
+  check_range(t, 5, 9, "");  /* past EOF */
+  check_range(t, 2, 0, "");  /* end <= 0 */
+  check_range(t, 2, -3, ""); /* negative end */
+  check_range(t, 3, 2, "");  /* end < start */
+  check_range("a\n\nb", 1, 3, "a\n\nb");
+  check_range("no newline", 1, 1, "no newline");
+  check_range("", 1, 5, "");
+}
+
+static void test_utf8(void **state)
+{
+  (void) state;
+  assert_true(sbx_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+  assert_false(sbx_utf8_valid("\xff", 1));
+  assert_false(sbx_utf8_valid("\xc3", 1));             /* truncated */
+  assert_false(sbx_utf8_valid("\xc0\xaf", 2));         /* overlong */
+  assert_false(sbx_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+  assert_false(sbx_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+  assert_true(sbx_utf8_valid("a\0b", 3));              /* NUL is valid UTF-8 */
+  size_t n;
+  char *s = sbx_utf8_sanitize("a\xff" "b\xe2\x82" "c", 6, &n);
+  assert_string_equal(s, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+  free(s);
+}
+
+static void test_env_keys(void **state)
+{
+  (void) state;
+  assert_true(sbx_env_key_valid("A_1", 3));
+  assert_true(sbx_env_key_valid("_x", 2));
+  assert_false(sbx_env_key_valid("1A", 2));
+  assert_false(sbx_env_key_valid("A-B", 3));
+  assert_false(sbx_env_key_valid("", 0));
+  const char *good[] = {"A=1", "B="};
+  sbx_error_t err = NULL;
+  assert_int_equal(sbx_env_check(good, 2, &err), 0);
+  const char *bad[] = {"OK=1", "BAD;rm -rf /=1"};
+  assert_int_equal(sbx_env_check(bad, 2, &err), -1);
+  assert_int_equal(err->kind, SBX_E_INVALID);
+  assert_string_equal(err->msg,
+                      "extra_env key 'BAD;rm -rf /' is not a valid POSIX environment variable "
+                      "name (must match ^[A-Za-z_][A-Za-z0-9_]*$). This protects shell-using "
+                      "sandbox implementations from command injection via the key.");
+  sbx_error_release(&err);
+}
+
+static char *render(const char *out, const char *errs, int code, bool timed_out)
+{
+  sbx_exec_output_t o = {out, strlen(out), strlen(out), errs, strlen(errs), strlen(errs),
+                         code, timed_out};
+  return sbx_exec_render(&o);
+}
+
+static void test_render(void **state)
+{
+  (void) state;
+  char *r;
+  r = render("hi\n", "", 0, false);
+  assert_string_equal(r, "hi\n");
+  free(r);
+  r = render("out", "err", 0, false);
+  assert_string_equal(r, "out\nStd Error:\nerr");
+  free(r);
+  r = render("", "err", 0, false);
+  assert_string_equal(r, "err");
+  free(r);
+  r = render("", "", 0, false);
+  assert_string_equal(r, "(no output)");
+  free(r);
+  r = render("x", "", 3, false);
+  assert_string_equal(r, "x\nExit Code: 3");
+  free(r);
+  r = render("", "", 2, false);
+  assert_string_equal(r, "Exit Code: 2");
+  free(r);
+  r = render("", "", -9, false);
+  assert_string_equal(r, "Exit Code: -9");
+  free(r);
+  r = render("partial", "", 124, true);
+  assert_string_equal(r, "partial\nError: command timed out\nExit Code: 124");
+  free(r);
+  r = render("", "", 124, true);
+  assert_string_equal(r, "Error: command timed out\nExit Code: 124");
+  free(r);
+}
+
+static void test_truncation_marker(void **state)
+{
+  (void) state;
+  sbx_exec_output_t o = {"abc", 3, 10, "", 0, 0, 0, false};
+  char *r = sbx_exec_render(&o);
+  assert_string_equal(
+      r, "abc\n... [output truncated after 3 of 10 bytes; remaining output discarded] ...");
+  free(r);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_line_range),  cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_env_keys),    cmocka_unit_test(test_render),
+      cmocka_unit_test(test_truncation_marker),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
