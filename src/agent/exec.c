@@ -332,8 +332,8 @@ static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background,
   return e;
 }
 
-static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *path,
-                          char **argv, char **envp, sbx_error_t *err)
+static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *path, char **argv,
+                          char **envp, sbx_error_t *err)
 {
   bool merge = r->flags & SBX_EXEC_MERGE_OUTPUT;
   int outp[2] = {-1, -1}, errp[2] = {-1, -1};
@@ -418,8 +418,14 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
       }
     }
     if (fds[2].revents) {
-      if (waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED | __WALL) == 0)
+      if (waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED | __WALL) == 0) {
         exited = true;
+      } else if (errno == ECHILD) {
+        /* reaped elsewhere: never spin on a dead pidfd; the status is lost */
+        si.si_code = CLD_KILLED;
+        si.si_status = SIGKILL;
+        exited = true;
+      }
     }
   }
   /* Drain what the shell left in the pipes; a background child holding them open does not
@@ -460,8 +466,8 @@ fail_pipes:
   return -1;
 }
 
-static int run_background(struct agent_conn *c, struct exec_req *r, const char *path,
-                          char **argv, char **envp, sbx_error_t *err)
+static int run_background(struct agent_conn *c, struct exec_req *r, const char *path, char **argv,
+                          char **envp, sbx_error_t *err)
 {
   int outp[2];
   cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);

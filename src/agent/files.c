@@ -217,8 +217,8 @@ int agent_read(struct agent_conn *c, const char *payload, size_t len)
   uint64_t size = (uint64_t) st.st_size;
   if (max && size > max) {
     sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE,
-                   "File exceeds maximum download size of %llu bytes: %s",
-                   (unsigned long long) max, path);
+                   "File exceeds maximum download size of %llu bytes: %s", (unsigned long long) max,
+                   path);
     return agent_reply_error(c, &err);
   }
   /* Tell the client the size first so it can answer a ranged request before the data. */
@@ -455,7 +455,7 @@ int agent_grep(struct agent_conn *c, const char *payload, size_t len)
     }
   }
   sbx_tlv_free(&w);
-  sbx_grep_matches_free(&m);
+  sbx_search_matches_free(&m);
   if (ret < 0)
     return -1;
   sbx_tlv_writer_t ok = {0};

@@ -4,7 +4,8 @@
  * As PID 1 of a pid namespace, signals sent from inside the sandbox with a default handler are
  * dropped by the kernel; SIGCHLD is taken through a signalfd. Commands are started as "clone
  * children" (exit signal 0) so that the waitpid(-1) here never steals the status a connection
- * thread or the background reaper is waiting for: they wait on the command's pidfd instead. */
+ * thread or the background reaper is waiting for: they wait on the command's pidfd instead
+ * (and the reaping here is limited to the main thread's own children, see below). */
 #include "agent.h"
 
 #include <pthread.h>
@@ -203,7 +204,10 @@ int sbx_agent_serve(const struct sbx_agent_opts *o)
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof si) == sizeof si)
           ;
-        while (waitpid(-1, NULL, WNOHANG) > 0)
+        /* __WNOTHREAD: only the main thread's own children (orphans re-parented to PID 1).
+         * Without it a waitpid(-1) here was seen to reap the clone children that connection
+         * threads wait for through their pidfds. */
+        while (waitpid(-1, NULL, WNOHANG | __WNOTHREAD) > 0)
           ;
       } else if (p == &ev_timer) {
         uint64_t ticks;

@@ -48,7 +48,11 @@ int cli_print_json(json_t *j); /* prints, newline, decref */
 /* Joins argv[from..] with spaces (the command after "--"). */
 char *cli_join(int argc, char **argv, int from);
 
-#define CLI_SCOPE_OPTIONS {"thread", required_argument, NULL, 't'}, {"user", required_argument, NULL, 'u'}
+#define CLI_SCOPE_OPTIONS                                                                          \
+  {"thread", required_argument, NULL, 't'},                                                        \
+  {                                                                                                \
+    "user", required_argument, NULL, 'u'                                                           \
+  }
 
 /* Parses a verb's options: -t/-u (if s is non-NULL) and --help are handled here, the others
  * (extra, a NULL-terminated table whose short letters are in extra_short) go to on_opt, which

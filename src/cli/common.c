@@ -203,8 +203,7 @@ int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cl
     return EXIT_USAGE;
   int left = argc - optind;
   if (n_pos >= 0 && left != n_pos)
-    return cli_usage_error(c, "expected %d argument%s, got %d", n_pos, n_pos == 1 ? "" : "s",
-                           left);
+    return cli_usage_error(c, "expected %d argument%s, got %d", n_pos, n_pos == 1 ? "" : "s", left);
   if (n_pos < 0 && left < 1)
     return cli_usage_error(c, "missing COMMAND (after --)");
   return 0;

@@ -101,7 +101,8 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
   if (r == 0) {
     cleanup_free char *command = cli_join(argc, argv, optind);
     sbx_error_t err = NULL;
-    sbx_sandbox_t *sb = scoped ? cli_acquire(c, &s, &err) : sbx_acquire(c->provider, NULL, NULL, &err);
+    sbx_sandbox_t *sb =
+        scoped ? cli_acquire(c, &s, &err) : sbx_acquire(c->provider, NULL, NULL, &err);
     if (sb == NULL) {
       r = cli_fail(&err);
     } else {

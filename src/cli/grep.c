@@ -60,11 +60,10 @@ static int run(sbx_sandbox_t *sb, void *arg)
   if (a->json) {
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-      json_array_append_new(arr,
-                            json_pack("{s:o, s:I, s:o}", "path",
-                                      cli_json_string(m[i].path, strlen(m[i].path)),
-                                      "line_number", (json_int_t) m[i].line_number, "line",
-                                      cli_json_string(m[i].line, strlen(m[i].line))));
+      json_array_append_new(arr, json_pack("{s:o, s:I, s:o}", "path",
+                                           cli_json_string(m[i].path, strlen(m[i].path)),
+                                           "line_number", (json_int_t) m[i].line_number, "line",
+                                           cli_json_string(m[i].line, strlen(m[i].line))));
     json_t *j = json_object();
     json_object_set_new(j, "matches", arr);
     json_object_set_new(j, "truncated", json_boolean(truncated));
@@ -82,12 +81,10 @@ static int run(sbx_sandbox_t *sb, void *arg)
 
 int cmd_grep(struct cli *c, int argc, char **argv)
 {
-  static const struct option opts[] = {{"glob", required_argument, NULL, 'g'},
-                                       {"fixed", no_argument, NULL, 'F'},
-                                       {"case-sensitive", no_argument, NULL, 'C'},
-                                       {"max", required_argument, NULL, 'm'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {
+      {"glob", required_argument, NULL, 'g'},     {"fixed", no_argument, NULL, 'F'},
+      {"case-sensitive", no_argument, NULL, 'C'}, {"max", required_argument, NULL, 'm'},
+      {"json", no_argument, NULL, 'j'},           {NULL, 0, NULL, 0}};
   struct cli_scope s = {0};
   struct args a = {.o.max_results = 100};
   int r = cli_parse(c, argc, argv, usage, &s, opts, "", on_opt, &a, 2);

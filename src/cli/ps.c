@@ -48,12 +48,12 @@ int cmd_ps(struct cli *c, int argc, char **argv)
       json_t *owners = json_array();
       for (size_t k = 0; k < v[i].n_owners; k++)
         json_array_append_new(owners, json_integer(v[i].owners[k]));
-      json_t *o = json_pack("{s:s, s:s?, s:s?, s:s, s:s, s:I, s:f, s:f, s:f, s:o, s:b}", "id",
-                            v[i].id, "user", v[i].user, "thread", v[i].thread, "backend",
-                            v[i].backend, "state", sbx_state_name(v[i].state), "pid",
-                            (json_int_t) v[i].pid, "created", v[i].created, "last_used",
-                            v[i].last_used, "idle", now - v[i].last_used, "owners", owners,
-                            "paused", v[i].paused);
+      json_t *o =
+          json_pack("{s:s, s:s?, s:s?, s:s, s:s, s:I, s:f, s:f, s:f, s:o, s:b}", "id", v[i].id,
+                    "user", v[i].user, "thread", v[i].thread, "backend", v[i].backend, "state",
+                    sbx_state_name(v[i].state), "pid", (json_int_t) v[i].pid, "created",
+                    v[i].created, "last_used", v[i].last_used, "idle", now - v[i].last_used,
+                    "owners", owners, "paused", v[i].paused);
       json_object_set_new(o, "memory", v[i].memory >= 0 ? json_integer(v[i].memory) : json_null());
       json_array_append_new(arr, o);
     }
@@ -61,8 +61,8 @@ int cmd_ps(struct cli *c, int argc, char **argv)
     json_object_set_new(j, "sandboxes", arr);
     r = cli_print_json(j);
   } else {
-    printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER",
-           "THREAD", "STATE", "PID", "CREATED", "LAST USED", "IDLE", "MEMORY", "OWNERS");
+    printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER", "THREAD",
+           "STATE", "PID", "CREATED", "LAST USED", "IDLE", "MEMORY", "OWNERS");
     for (size_t i = 0; i < n; i++) {
       char created[32], used[32], mem[32] = "-";
       fmt_time(v[i].created, created, sizeof created);

@@ -4,14 +4,22 @@
 #include <string.h>
 
 static const char *const kind_names[SBX_E_KIND_MAX] = {
-    [SBX_E_INTERNAL] = "internal",       [SBX_E_INVALID] = "invalid",
-    [SBX_E_NOT_FOUND] = "not_found",     [SBX_E_DENIED] = "denied",
-    [SBX_E_TOO_LARGE] = "too_large",     [SBX_E_NOT_DIR] = "not_a_directory",
-    [SBX_E_IS_DIR] = "is_a_directory",   [SBX_E_NOT_TEXT] = "not_text",
-    [SBX_E_TIMEOUT] = "timeout",         [SBX_E_IO] = "io",
-    [SBX_E_BACKEND] = "backend",         [SBX_E_CONFIG] = "config",
-    [SBX_E_UNSUPPORTED] = "unsupported", [SBX_E_SHUTDOWN] = "shutdown",
-    [SBX_E_EXISTS] = "exists",           [SBX_E_CONFLICT] = "conflict",
+    [SBX_E_INTERNAL] = "internal",
+    [SBX_E_INVALID] = "invalid",
+    [SBX_E_NOT_FOUND] = "not_found",
+    [SBX_E_DENIED] = "denied",
+    [SBX_E_TOO_LARGE] = "too_large",
+    [SBX_E_NOT_DIR] = "not_a_directory",
+    [SBX_E_IS_DIR] = "is_a_directory",
+    [SBX_E_NOT_TEXT] = "not_text",
+    [SBX_E_TIMEOUT] = "timeout",
+    [SBX_E_IO] = "io",
+    [SBX_E_BACKEND] = "backend",
+    [SBX_E_CONFIG] = "config",
+    [SBX_E_UNSUPPORTED] = "unsupported",
+    [SBX_E_SHUTDOWN] = "shutdown",
+    [SBX_E_EXISTS] = "exists",
+    [SBX_E_CONFLICT] = "conflict",
     [SBX_E_BUSY] = "busy",
 };
 

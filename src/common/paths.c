@@ -25,8 +25,7 @@ int sbx_path_check(const char *path, sbx_error_t *err)
     return sbx_make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
   size_t len = strlen(path);
   if (len > SBX_PATH_MAX)
-    return sbx_make_error(err, ENAMETOOLONG, SBX_E_TOO_LARGE, "path is too long (%zu bytes)",
-                          len);
+    return sbx_make_error(err, ENAMETOOLONG, SBX_E_TOO_LARGE, "path is too long (%zu bytes)", len);
   if (has_dotdot_segment(path))
     return sbx_make_error(err, 0, SBX_E_DENIED, "Access denied: path traversal detected in '%s'",
                           path);
@@ -62,8 +61,8 @@ static bool id_chars_valid(const char *s, size_t max)
   size_t n = 0;
   for (; s[n]; n++) {
     char c = s[n];
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '-'))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
       return false;
     if (n >= max)
       return false;

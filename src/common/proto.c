@@ -297,8 +297,7 @@ int sbx_frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, 
   return (size_t) r < iov.iov_len ? sbx_write_all(fd, buf + r, iov.iov_len - (size_t) r) : 0;
 }
 
-int sbx_frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload,
-                      int *passed)
+int sbx_frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload, int *passed)
 {
   unsigned char h[SBX_PROTO_HDR];
   union {

@@ -91,7 +91,7 @@ enum sbx_tag {
   SBX_T_OUT_TOTAL = 28,
   SBX_T_ERR_TOTAL = 29,
   SBX_T_TRUNCATED = 30,
-  SBX_T_ITEM = 31,     /* repeated: one path / one nested TLV record */
+  SBX_T_ITEM = 31, /* repeated: one path / one nested TLV record */
   SBX_T_LINE_NO = 32,
   SBX_T_SIZE = 33,
   SBX_T_PID = 34,

@@ -109,8 +109,7 @@ char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen)
   return sbx_buf_steal(&b);
 }
 
-char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end,
-                          size_t *outlen)
+char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen)
 {
   if (start == SBX_LINE_NONE && end == SBX_LINE_NONE) {
     if (outlen)

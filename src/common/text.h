@@ -20,8 +20,7 @@ char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen);
 /* read_file's range: 1-based, inclusive; start < 1 clamps to 1; end <= 0 or start past the end
  * gives ""; with neither bound the text is returned unchanged. Lines split on '\n', a trailing
  * '\r' removed from each, joined with '\n' without a trailing newline. */
-char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end,
-                          size_t *outlen);
+char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen);
 
 /* True if key matches ^[A-Za-z_][A-Za-z0-9_]*$. */
 bool sbx_env_key_valid(const char *key, size_t len);

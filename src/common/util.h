@@ -94,15 +94,17 @@ int sbx_write_all(int fd, const void *buf, size_t len);
 int sbx_read_exact(int fd, void *buf, size_t len);
 
 /* Whole-file helpers relative to a directory fd (AT_FDCWD for plain paths). The read refuses
- * more than max bytes (EFBIG). The write replaces the file atomically (temp + rename). */
+ * more than max bytes (EFBIG). The write replaces the file atomically (temp + rename), and
+ * with durable also survives a power loss (fsync before the rename). */
 int sbx_read_file_at(int dirfd, const char *path, size_t max, char **out, size_t *len);
-int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode);
+int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
+                      bool durable);
 
-int sbx_mkdir_p(const char *path, int mode); /* host paths only; -1 with errno */
+int sbx_mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
 int sbx_rm_rf_at(int dirfd, const char *name); /* no symlink following */
 
-uint64_t sbx_now_ms(void);       /* CLOCK_MONOTONIC */
-uint64_t sbx_realtime_ms(void);  /* CLOCK_REALTIME, ms since the epoch */
+uint64_t sbx_now_ms(void);      /* CLOCK_MONOTONIC */
+uint64_t sbx_realtime_ms(void); /* CLOCK_REALTIME, ms since the epoch */
 double sbx_realtime_sec(void);
 
 bool sbx_str_has_prefix(const char *s, const char *prefix);

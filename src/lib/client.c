@@ -140,8 +140,7 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     sbx_tlv_put_str(&w, SBX_T_CMD, command);
   }
   for (size_t i = 0; i < cfg->n_environment; i++) {
-    cleanup_free char *kv =
-        xasprintf("%s=%s", cfg->environment[i].key, cfg->environment[i].value);
+    cleanup_free char *kv = xasprintf("%s=%s", cfg->environment[i].key, cfg->environment[i].value);
     sbx_tlv_put_str(&w, SBX_T_ENV, kv);
   }
   for (size_t i = 0; o && i < o->n_env; i++)
@@ -218,8 +217,8 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
         /* nothing kept: the rendered text still reports exit and timeout */
         res->out_total = res->err_total = 0;
       }
-      sbx_exec_output_t eo = {res->out,       res->out_len, res->out_total, res->err,
-                              res->err_len,   res->err_total, res->exit_code, res->timed_out};
+      sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
+                              res->err_len, res->err_total, res->exit_code, res->timed_out};
       res->output = sbx_exec_render(&eo);
       return 0;
     }
@@ -431,8 +430,7 @@ static int items_request(struct sbx_instance *in, uint16_t type, sbx_tlv_writer_
         return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s item",
                               what);
     if (ret < 0)
-      return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s frame",
-                            what);
+      return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s frame", what);
   }
 }
 

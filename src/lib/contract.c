@@ -20,8 +20,7 @@ static int usable(sbx_sandbox_t *sb, sbx_error_t *err)
     return sbx_make_error(err, 0, SBX_E_INVALID, "no sandbox");
   if (sb->broken)
     return sbx_make_error(err, 0, SBX_E_BACKEND,
-                          "sandbox %s is broken and was evicted; acquire it again",
-                          sb->in.meta.id);
+                          "sandbox %s is broken and was evicted; acquire it again", sb->in.meta.id);
   return 0;
 }
 
@@ -44,8 +43,7 @@ int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx
   if (opts && opts->n_env && sbx_env_check(opts->env, opts->n_env, err) < 0)
     return -1;
   if (opts && opts->timeout < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "timeout must be positive, got %g",
-                          opts->timeout);
+    return sbx_make_error(err, 0, SBX_E_INVALID, "timeout must be positive, got %g", opts->timeout);
   if (!(opts && opts->argv) && (command == NULL || command[0] == '\0'))
     return sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
   if (opts && opts->cwd && sbx_path_check(opts->cwd, err) < 0)
@@ -102,8 +100,7 @@ int sbx_download_file(sbx_sandbox_t *sb, const char *path, void **data, size_t *
   *len = 0;
   if (usable(sb, err) < 0 || sbx_download_path_check(path, err) < 0)
     return -1;
-  return finish(sb, sb->in.ops->read_to_buf(&sb->in, path, SBX_DOWNLOAD_MAX, data, len, err),
-                err);
+  return finish(sb, sb->in.ops->read_to_buf(&sb->in, path, SBX_DOWNLOAD_MAX, data, len, err), err);
 }
 
 int sbx_download_to_fd(sbx_sandbox_t *sb, const char *path, int fd, sbx_error_t *err)
@@ -156,10 +153,10 @@ int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool incl
   if (pattern == NULL)
     return sbx_make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
   sbx_strv_t s = {0};
-  if (finish(sb,
-             sb->in.ops->glob(&sb->in, path, pattern, include_dirs, max_results, &s, truncated,
-                              err),
-             err) < 0) {
+  if (finish(
+          sb,
+          sb->in.ops->glob(&sb->in, path, pattern, include_dirs, max_results, &s, truncated, err),
+          err) < 0) {
     sbx_strv_free(&s);
     return -1;
   }
@@ -188,6 +185,5 @@ int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,
   if (pattern == NULL)
     return sbx_make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
   struct sbx_grep_opts o = opts ? *opts : (struct sbx_grep_opts){.max_results = 100};
-  return finish(sb, sb->in.ops->grep(&sb->in, path, pattern, &o, matches, n, truncated, err),
-                err);
+  return finish(sb, sb->in.ops->grep(&sb->in, path, pattern, &o, matches, n, truncated, err), err);
 }

@@ -95,8 +95,8 @@ struct sbx_backend_ops {
   int (*glob)(struct sbx_instance *in, const char *path, const char *pattern, bool include_dirs,
               size_t max, sbx_strv_t *out, bool *truncated, sbx_error_t *err);
   int (*grep)(struct sbx_instance *in, const char *path, const char *pattern,
-              const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n,
-              bool *truncated, sbx_error_t *err);
+              const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n, bool *truncated,
+              sbx_error_t *err);
 };
 
 extern const struct sbx_backend_ops sbx_backend_linux;

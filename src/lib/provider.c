@@ -43,8 +43,7 @@ const char *sbx_state_name(int state)
   }
 }
 
-sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
-                                 sbx_error_t *err)
+sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg, sbx_error_t *err)
 {
   if (home == NULL || *home == '\0')
     home = getenv("SBX_HOME");
@@ -384,8 +383,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   if (user == NULL)
     user = "default";
   if (p->shut_down)
-    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"),
-           NULL;
+    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
   char id[SBX_ID_LEN + 1];
   if (thread == NULL) {
     if (!sbx_user_id_valid(user))
@@ -676,7 +674,7 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
     info->last_used = in.meta.last_used;
     info->paused = in.meta.paused;
     bool alive = in.ops->alive(&in);
-    info->state = !alive ? SBX_STATE_DEAD
+    info->state = !alive                              ? SBX_STATE_DEAD
                   : sbx_lease_held(p->home, ids.v[i]) ? SBX_STATE_ACTIVE
                                                       : SBX_STATE_WARM;
     info->memory = alive && in.ops->memory ? in.ops->memory(&in) : -1;

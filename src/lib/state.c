@@ -106,7 +106,8 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
     return sbx_make_error(err, 0, SBX_E_INTERNAL, "sandbox %s: encode metadata", m->id);
   cleanup_free char *dir = sbx_state_dir(home, m->id);
   cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0 || sbx_write_file_at(dfd, "meta", data, strlen(data), 0600) < 0)
+  /* not durable: a sandbox does not survive the host going down, its metadata need not */
+  if (dfd < 0 || sbx_write_file_at(dfd, "meta", data, strlen(data), 0600, false) < 0)
     return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: write `%s/meta`", m->id, dir);
   return 0;
 }
@@ -247,8 +248,8 @@ char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thre
     bool last = i + 1 == ARRAY_SIZE(parts);
     int next = open_dir_at(fd, parts[i], last ? 0755 : 0711, owner, last);
     if (next < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`",
-                            parts[i], home),
+      return sbx_make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`", parts[i],
+                            home),
              NULL;
     close(fd);
     fd = next;

@@ -46,8 +46,7 @@ static void test_download_prefix(void **state)
                "Access denied: path must be under '/mnt/user-data': '/mnt/user-datax/a'");
   expect_error(sbx_download_path_check("/etc/passwd", &err), &err, SBX_E_DENIED,
                "Access denied: path must be under '/mnt/user-data': '/etc/passwd'");
-  expect_error(sbx_download_path_check("/mnt/user-data/../../etc/shadow", &err), &err,
-               SBX_E_DENIED,
+  expect_error(sbx_download_path_check("/mnt/user-data/../../etc/shadow", &err), &err, SBX_E_DENIED,
                "Access denied: path traversal detected in '/mnt/user-data/../../etc/shadow'");
 }
 
@@ -70,8 +69,10 @@ static void test_scope(void **state)
   assert_true(sbx_thread_id_valid("a-b_C9"));
   assert_false(sbx_thread_id_valid(""));
   assert_false(sbx_thread_id_valid("a/b"));
-  assert_false(sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123X"));
-  assert_true(sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+  assert_false(
+      sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123X"));
+  assert_true(
+      sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
   sbx_error_t err = NULL;
   expect_error(sbx_scope_check("default", "bad thread", &err), &err, SBX_E_INVALID,
                "Invalid thread_id: expected 1-64 ASCII letters, digits, hyphens, or underscores");

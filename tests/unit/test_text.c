@@ -49,8 +49,13 @@ static void test_utf8(void **state)
   assert_false(sbx_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
   assert_true(sbx_utf8_valid("a\0b", 3));              /* NUL is valid UTF-8 */
   size_t n;
-  char *s = sbx_utf8_sanitize("a\xff" "b\xe2\x82" "c", 6, &n);
-  assert_string_equal(s, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+  char *s = sbx_utf8_sanitize("a\xff"
+                              "b\xe2\x82"
+                              "c",
+                              6, &n);
+  assert_string_equal(s, "a\xef\xbf\xbd"
+                         "b\xef\xbf\xbd"
+                         "c");
   free(s);
 }
 
@@ -77,8 +82,8 @@ static void test_env_keys(void **state)
 
 static char *render(const char *out, const char *errs, int code, bool timed_out)
 {
-  sbx_exec_output_t o = {out, strlen(out), strlen(out), errs, strlen(errs), strlen(errs),
-                         code, timed_out};
+  sbx_exec_output_t o = {out,          strlen(out),  strlen(out), errs,
+                         strlen(errs), strlen(errs), code,        timed_out};
   return sbx_exec_render(&o);
 }
 
@@ -128,8 +133,8 @@ static void test_truncation_marker(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_line_range),  cmocka_unit_test(test_utf8),
-      cmocka_unit_test(test_env_keys),    cmocka_unit_test(test_render),
+      cmocka_unit_test(test_line_range),        cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_env_keys),          cmocka_unit_test(test_render),
       cmocka_unit_test(test_truncation_marker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

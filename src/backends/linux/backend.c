@@ -86,6 +86,11 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, sv[1], 3); /* dup2 clears close-on-exec */
+  /* The sandbox outlives the caller: it must not hold the caller's stdio (a pipe a parent
+   * waits on would never see EOF). Failures travel over the socket instead. */
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDWR, 0);
+  posix_spawn_file_actions_adddup2(&fa, 0, 1);
+  posix_spawn_file_actions_adddup2(&fa, 0, 2);
   char name[] = "sbx-init", verb[] = "launch", fdarg[] = "3";
   char *argv[] = {name, verb, fdarg, NULL};
   pid_t launcher;
@@ -110,8 +115,8 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
     kill(launcher, SIGKILL);
   TEMP_FAILURE_RETRY(waitpid(launcher, &status, 0));
   if (r < 0)
-    return sbx_make_error(err, saved, SBX_E_INTERNAL, "launcher `%s` failed (exit status %d)",
-                          init, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return sbx_make_error(err, saved, SBX_E_INTERNAL, "launcher `%s` failed (exit status %d)", init,
+                          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   if (hdr.type == SBX_MSG_ERR)
     return sbx_error_from_frame(reply, hdr.len, err);
   uint64_t pid = 0;

@@ -75,9 +75,9 @@ static char *v1_mount(const char *ctrl)
   return NULL;
 }
 
-static int mkdir_cg(const char *path, sbx_error_t *err)
+static int mkdir_cg(const char *path, bool fresh, sbx_error_t *err)
 {
-  if (sbx_mkdir_p(path, 0755) < 0)
+  if (fresh ? mkdir(path, 0755) < 0 : sbx_mkdir_p(path, 0755) < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "create cgroup `%s`", path);
   return 0;
 }
@@ -134,10 +134,15 @@ int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis
                       struct sbx_cgroup *cg, sbx_error_t *err)
 {
   memset(cg, 0, sizeof *cg);
+  /* One scope id can exist in several state dirs at once: every sandbox gets its own cgroup. */
+  char suffix[9];
+  sbx_random_hex(suffix, 8);
+  cleanup_free char *name = xasprintf("%s-%s", id, suffix);
+  id = name;
   if (unified_host()) {
     cg->unified = true;
     const char *parent = CG_ROOT "/sbx";
-    if (mkdir_cg(parent, err) < 0)
+    if (mkdir_cg(parent, false, err) < 0)
       return -1;
     /* Controllers must be enabled on the way down; the root usually has them already. */
     write_str(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
@@ -146,7 +151,7 @@ int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis
     for (int i = 0; i < SBX_CG_MAX; i++)
       cg->path[i] = xstrdup(p);
     free(p);
-    if (mkdir_cg(cg->path[0], err) < 0)
+    if (mkdir_cg(cg->path[0], true, err) < 0)
       goto fail;
   } else {
     for (int i = 0; i < SBX_CG_MAX; i++) {
@@ -154,8 +159,9 @@ int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis
       if (mnt == NULL)
         continue; /* controller not mounted: that limit is unavailable */
       cleanup_free char *own = own_v1_path(v1_names[i]);
-      cg->path[i] = xasprintf("%s%s/sbx/%s", mnt, strcmp(own, "/") == 0 ? "" : own, id);
-      if (mkdir_cg(cg->path[i], err) < 0)
+      cleanup_free char *parent = xasprintf("%s%s/sbx", mnt, strcmp(own, "/") == 0 ? "" : own);
+      cg->path[i] = xasprintf("%s/%s", parent, id);
+      if (mkdir_cg(parent, false, err) < 0 || mkdir_cg(cg->path[i], true, err) < 0)
         goto fail;
     }
   }
@@ -248,8 +254,7 @@ bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg)
   const char *dir = cg->path[SBX_CG_FREEZER];
   if (dir == NULL)
     return false;
-  cleanup_free char *p =
-      xasprintf("%s/%s", dir, cg->unified ? "cgroup.events" : "freezer.state");
+  cleanup_free char *p = xasprintf("%s/%s", dir, cg->unified ? "cgroup.events" : "freezer.state");
   cleanup_free char *data = NULL;
   if (sbx_read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
     return false;

@@ -24,13 +24,13 @@ struct sbx_launch_mount {
 /* What the launcher needs to make one sandbox. Travels as TLV (launch_spec_encode/decode). */
 struct sbx_launch_spec {
   char *id;
-  char *state_dir; /* $SBX_HOME/sandboxes/<id>: ctl.sock, lease, root/ live here */
-  char *user_data; /* host folder bound at /mnt/user-data */
-  char *image;     /* "host": the host's /usr, read-only, with a generated /etc */
-  uint64_t memory_bytes;  /* 0 = none */
-  uint64_t cpu_millis;    /* 1000 = one CPU; 0 = none */
-  int64_t pids;           /* 0 = none */
-  bool net_host;          /* share the host network namespace */
+  char *state_dir;       /* $SBX_HOME/sandboxes/<id>: ctl.sock, lease, root/ live here */
+  char *user_data;       /* host folder bound at /mnt/user-data */
+  char *image;           /* "host": the host's /usr, read-only, with a generated /etc */
+  uint64_t memory_bytes; /* 0 = none */
+  uint64_t cpu_millis;   /* 1000 = one CPU; 0 = none */
+  int64_t pids;          /* 0 = none */
+  bool net_host;         /* share the host network namespace */
   uint64_t tmp_bytes;
   uint64_t home_bytes;
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */

@@ -28,7 +28,10 @@ static int mnt(const char *src, const char *dst, const char *type, unsigned long
                const char *data, sbx_error_t *err)
 {
   if (mount(src, dst, type, flags, data) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on `%s`", src ? src : type ? type : "(remount)",
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on `%s`",
+                          src    ? src
+                          : type ? type
+                                 : "(remount)",
                           dst);
   return 0;
 }
@@ -193,9 +196,9 @@ static int proc_setup(const char *root, sbx_error_t *err)
   cleanup_free char *proc = xasprintf("%s/proc", root);
   if (mnt("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
     return -1;
-  static const char *const masked[] = {"kcore",      "keys",          "timer_list",
+  static const char *const masked[] = {"kcore",       "keys",          "timer_list",
                                        "sched_debug", "latency_stats", "timer_stats",
-                                       "kallsyms",   "sysrq-trigger", "config.gz"};
+                                       "kallsyms",    "sysrq-trigger", "config.gz"};
   static const char *const empty_dirs[] = {"acpi", "scsi", "asound"};
   static const char *const readonly[] = {"sys", "bus", "fs", "irq"};
   for (size_t i = 0; i < ARRAY_SIZE(masked); i++) {
@@ -206,8 +209,7 @@ static int proc_setup(const char *root, sbx_error_t *err)
   for (size_t i = 0; i < ARRAY_SIZE(empty_dirs); i++) {
     cleanup_free char *p = xasprintf("%s/%s", proc, empty_dirs[i]);
     if (access(p, F_OK) == 0 &&
-        mnt("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0", err) <
-            0)
+        mnt("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0", err) < 0)
       return -1;
   }
   for (size_t i = 0; i < ARRAY_SIZE(readonly); i++) {
@@ -239,8 +241,8 @@ static int mountpoint_in_root(int rootfd, const char *path, bool dir, sbx_error_
       /* create the missing component in its (already resolved) parent */
       char *slash = strrchr(p, '/');
       cleanup_free char *parent = xstrndup(p, (size_t) (slash - p));
-      cleanup_close int pfd = (int) syscall(SYS_openat2, rootfd, *parent ? parent : "/", &how,
-                                            sizeof how);
+      cleanup_close int pfd =
+          (int) syscall(SYS_openat2, rootfd, *parent ? parent : "/", &how, sizeof how);
       if (pfd < 0)
         return sbx_make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
       int r = (last && !dir) ? mknodat(pfd, slash + 1, S_IFREG | 0644, 0)
@@ -307,8 +309,8 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
   if (rootfd < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
 
-  static const char *const dirs[] = {"usr", "etc",  "proc", "dev", "sys",     "tmp", "root",
-                                     "mnt", "mnt/user-data",   "var", "home", "run", "opt"};
+  static const char *const dirs[] = {"usr", "etc",           "proc", "dev",  "sys", "tmp", "root",
+                                     "mnt", "mnt/user-data", "var",  "home", "run", "opt"};
   for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
     if (mkdirat(rootfd, dirs[i], strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755) < 0)
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", dirs[i]);

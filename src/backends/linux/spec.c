@@ -100,4 +100,3 @@ void sbx_launch_spec_free(struct sbx_launch_spec *s)
   free(s->mounts);
   memset(s, 0, sizeof *s);
 }
-
