@@ -29,9 +29,9 @@ struct sbx_config {
   char *path; /* the file it came from, NULL for defaults */
 
   /* sandbox: (DeerFlow keys) */
-  char *use;   /* backend: "linux" (default) or "opensandbox"; DeerFlow class paths map too */
-  char *image; /* "host" (default for linux) or a name in the local image store */
-  int replicas;                /* soft cap over active + warm, default 3, > 0 */
+  char *use;    /* backend: "linux" (default) or "opensandbox"; DeerFlow class paths map too */
+  char *image;  /* "host" (default for linux) or a name in the local image store */
+  int replicas; /* soft cap over active + warm, default 3, > 0 */
   int64_t idle_timeout;        /* seconds, default 600; 0 disables reaping */
   double bash_command_timeout; /* seconds, default 600, > 0 */
   struct sbx_env_var *environment;
@@ -42,21 +42,21 @@ struct sbx_config {
   char *network;       /* "none" (default) or "host" */
   struct sbx_mount *mounts;
   size_t n_mounts;
-  uint64_t output_max_bytes;   /* per stream kept by execute_command, default 10 MiB */
+  uint64_t output_max_bytes;          /* per stream kept by execute_command, default 10 MiB */
   int64_t bash_output_max_chars;      /* DeerFlow tool-layer caps, default 20000 / 50000 / 20000 */
   int64_t read_file_output_max_chars; /* (0 = no truncation) */
   int64_t ls_output_max_chars;
-  uint64_t tmp_size_mib;  /* writable /tmp inside, default 1024 */
-  uint64_t home_size_mib; /* writable home inside, default 256 */
+  uint64_t tmp_size_mib;        /* writable /tmp inside, default 1024 */
+  uint64_t home_size_mib;       /* writable home inside, default 256 */
   int64_t health_check_timeout; /* seconds, default 10 */
 
   /* opensandbox backend (seed 000) */
-  char *api_key; /* from the file, or OPEN_SANDBOX_API_KEY; never printed */
-  char *domain;  /* or OPEN_SANDBOX_DOMAIN; default localhost:8080 */
-  char *protocol; /* http (default) or https */
-  double request_timeout; /* 30 */
-  double ready_timeout;   /* 30 */
-  bool use_server_proxy;  /* false */
+  char *api_key;           /* from the file, or OPEN_SANDBOX_API_KEY; never printed */
+  char *domain;            /* or OPEN_SANDBOX_DOMAIN; default localhost:8080 */
+  char *protocol;          /* http (default) or https */
+  double request_timeout;  /* 30 */
+  double ready_timeout;    /* 30 */
+  bool use_server_proxy;   /* false */
   int64_t sandbox_timeout; /* 14400; 0 = explicit cleanup, no renewal */
 
   /* sbxd: */
@@ -73,8 +73,8 @@ SBX_PUBLIC struct sbx_config *sbx_config_new_default(void);
  * and missing $VARs are errors naming the file, line and key; nothing is returned then. */
 SBX_PUBLIC struct sbx_config *sbx_config_load(const char *path, sbx_error_t *err);
 /* Loads from a string (for tests and fuzzing); name is used in messages. */
-SBX_PUBLIC struct sbx_config *sbx_config_load_string(const char *name, const char *yaml,
-                                                     size_t len, sbx_error_t *err);
+SBX_PUBLIC struct sbx_config *sbx_config_load_string(const char *name, const char *yaml, size_t len,
+                                                     sbx_error_t *err);
 SBX_PUBLIC void sbx_config_free(struct sbx_config *cfg);
 /* The effective values as YAML, secrets masked. Caller frees. */
 SBX_PUBLIC char *sbx_config_dump(const struct sbx_config *cfg);

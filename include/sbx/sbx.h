@@ -23,9 +23,9 @@
 extern "C" {
 #endif
 
-#define SBX_LINE_NONE INT64_MIN               /* read_file: bound not given */
-#define SBX_DOWNLOAD_MAX 104857600ull         /* download_file cap (100 MiB) */
-#define SBX_OUTPUT_CAP_DEFAULT (10u << 20)    /* execute_command: kept per stream */
+#define SBX_LINE_NONE INT64_MIN            /* read_file: bound not given */
+#define SBX_DOWNLOAD_MAX 104857600ull      /* download_file cap (100 MiB) */
+#define SBX_OUTPUT_CAP_DEFAULT (10u << 20) /* execute_command: kept per stream */
 
 typedef struct sbx_provider_s sbx_provider_t;
 typedef struct sbx_sandbox_s sbx_sandbox_t;
@@ -82,12 +82,12 @@ struct sbx_sandbox_info {
   char *user;   /* NULL for a throw-away sandbox */
   char *thread; /* NULL for a throw-away sandbox */
   char *backend;
-  int state;          /* enum sbx_state */
-  long pid;           /* PID 1 of the sandbox on the host, 0 if none */
-  double created;     /* seconds since the epoch */
-  double last_used;   /* seconds since the epoch */
-  int64_t memory;     /* bytes charged to the sandbox, -1 if unknown */
-  long *owners;       /* pids holding it active */
+  int state;        /* enum sbx_state */
+  long pid;         /* PID 1 of the sandbox on the host, 0 if none */
+  double created;   /* seconds since the epoch */
+  double last_used; /* seconds since the epoch */
+  int64_t memory;   /* bytes charged to the sandbox, -1 if unknown */
+  long *owners;     /* pids holding it active */
   size_t n_owners;
   bool paused;
 };
@@ -123,10 +123,10 @@ struct sbx_exec_result {
   char *err;
   size_t err_len;
   uint64_t err_total;
-  int exit_code;  /* 124 on timeout; negative = killed by that signal */
+  int exit_code; /* 124 on timeout; negative = killed by that signal */
   bool timed_out;
   bool signaled;
-  char *output;   /* the rendered text an agent reads (contract §1.1) */
+  char *output; /* the rendered text an agent reads (contract §1.1) */
   uint64_t duration_ms;
 };
 SBX_PUBLIC void sbx_exec_result_free(struct sbx_exec_result *r);
@@ -144,8 +144,8 @@ SBX_PUBLIC int sbx_command_signal(sbx_sandbox_t *sb, const char *cmd_id, int sig
 SBX_PUBLIC int sbx_read_file(sbx_sandbox_t *sb, const char *path, int64_t start, int64_t end,
                              char **text, size_t *len, sbx_error_t *err);
 /* write_file: creates parent directories; append appends, otherwise replaces atomically. */
-SBX_PUBLIC int sbx_write_file(sbx_sandbox_t *sb, const char *path, const char *content,
-                              size_t len, bool append, sbx_error_t *err);
+SBX_PUBLIC int sbx_write_file(sbx_sandbox_t *sb, const char *path, const char *content, size_t len,
+                              bool append, sbx_error_t *err);
 /* update_file: replaces the file with bytes (atomically), creating parents. */
 SBX_PUBLIC int sbx_update_file(sbx_sandbox_t *sb, const char *path, const void *data, size_t len,
                                sbx_error_t *err);
@@ -155,9 +155,9 @@ SBX_PUBLIC int sbx_download_file(sbx_sandbox_t *sb, const char *path, void **dat
 /* list_dir: entries below path to max_depth, directories ending in '/'; missing = not found. */
 SBX_PUBLIC int sbx_list_dir(sbx_sandbox_t *sb, const char *path, int max_depth, char ***entries,
                             size_t *n, sbx_error_t *err);
-SBX_PUBLIC int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern,
-                        bool include_dirs, size_t max_results, char ***matches, size_t *n,
-                        bool *truncated, sbx_error_t *err);
+SBX_PUBLIC int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool include_dirs,
+                        size_t max_results, char ***matches, size_t *n, bool *truncated,
+                        sbx_error_t *err);
 
 struct sbx_grep_match {
   char *path;
