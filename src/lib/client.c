@@ -112,6 +112,40 @@ int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err)
   return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "ping", err);
 }
 
+int sbx__agent_health(const char *dir, int timeout_ms, sbx_error_t *err)
+{
+  uint64_t deadline = sbx_now_ms() + (uint64_t) timeout_ms;
+  cleanup_close int fd = sbx__agent_connect(dir, err);
+  if (fd < 0)
+    return -1;
+  set_timeout(fd, timeout_ms);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_ARG, "true");
+  sbx_tlv_put_u64(&w, SBX_T_FLAGS, SBX_EXEC_ARGV | SBX_EXEC_KILL_ON_DISCONNECT);
+  sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, (uint64_t) timeout_ms);
+  int r = send_req(fd, SBX_MSG_EXEC, &w, "health check", err);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  for (;;) {
+    uint64_t now = sbx_now_ms();
+    if (now >= deadline)
+      return sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "health check timed out");
+    set_timeout(fd, (int) (deadline - now));
+    sbx_frame_hdr_t hdr;
+    cleanup_free char *p = NULL;
+    if (recv_frame(fd, &hdr, &p, "health check", err) < 0)
+      return -1;
+    if (hdr.type == SBX_MSG_EXIT) {
+      int64_t code = -1;
+      sbx_tlv_get_i64(p, hdr.len, SBX_T_CODE, -1, &code);
+      return code == 0 ? 0
+                       : sbx_make_error(err, 0, SBX_E_BACKEND, "health check exited with %lld",
+                                        (long long) code);
+    }
+  }
+}
+
 static int deliver(const struct sbx_exec_opts *o, int stream, const char *data, size_t len,
                    bool *stop)
 {

@@ -56,6 +56,8 @@ int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n);
  * returns the path of its user-data directory. */
 char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
                             sbx_error_t *err);
+/* Start time of a live process (0 if it is gone or a zombie): with the pid, it identifies a
+ * process across pid reuse. */
 unsigned long long sbx_proc_start_time(long pid);
 
 /* ---- backends ---- */
@@ -74,6 +76,8 @@ struct sbx_backend_ops {
   /* false if the sandbox is certainly gone (its init died). */
   bool (*alive)(struct sbx_instance *in);
   int64_t (*memory)(struct sbx_instance *in);
+  /* The reclaim health check (DeerFlow's: run `true`, timeout_s budget). */
+  int (*health)(struct sbx_instance *in, int timeout_s, sbx_error_t *err);
   int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);
 
   /* contract */
@@ -143,6 +147,8 @@ int sbx__agent_connect(const char *dir, sbx_error_t *err);
 int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err);
 int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
                     struct sbx_exec_result *res, sbx_error_t *err);
+/* Runs `true` within timeout_ms in all (connect, spawn, answer): the reclaim health check. */
+int sbx__agent_health(const char *dir, int timeout_ms, sbx_error_t *err);
 int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sbx_error_t *err);
 int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t start, int64_t end,
                          char **text, size_t *len, sbx_error_t *err);

@@ -241,16 +241,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
 
 static int health_check(struct sbx_instance *in, sbx_error_t *err)
 {
-  static const char *const argv[] = {"true", NULL};
-  struct sbx_exec_opts o = {.argv = argv, .timeout = (double) in->cfg->health_check_timeout};
-  struct sbx_exec_result r;
-  if (in->ops->exec(in, NULL, &o, &r, err) < 0)
-    return -1;
-  int code = r.exit_code;
-  sbx_exec_result_free(&r);
-  if (code != 0)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "health check exited with %d", code);
-  return 0;
+  return in->ops->health(in, (int) in->cfg->health_check_timeout, err);
 }
 
 /* Creates id. Caller holds locks/<id>; this takes locks/pool. */

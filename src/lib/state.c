@@ -279,9 +279,12 @@ unsigned long long sbx_proc_start_time(long pid)
     return 0;
   /* the command name may contain spaces and parentheses: fields follow the last ')' */
   char *p = strrchr(data, ')');
-  if (p == NULL)
+  if (p == NULL || p[1] == '\0')
     return 0;
   p += 2;
+  /* a zombie is dead: it only waits for the host's init to reap it */
+  if (*p == 'Z' || *p == 'X')
+    return 0;
   /* p is at field 3 (state); start time is field 22 */
   for (int field = 3; field < 22 && p; field++) {
     p = strchr(p, ' ');

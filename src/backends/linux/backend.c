@@ -161,6 +161,11 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
   return 0;
 }
 
+static int linux_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err)
+{
+  return sbx__agent_health(in->dir, timeout_s * 1000, err);
+}
+
 static int64_t linux_memory(struct sbx_instance *in)
 {
   if (in->meta.cgroups == NULL)
@@ -190,6 +195,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .destroy = linux_destroy,
     .alive = linux_alive,
     .memory = linux_memory,
+    .health = linux_health,
     .pause = linux_pause,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,
