@@ -113,7 +113,12 @@ struct sbx_exec_opts {
   bool kill_on_disconnect; /* if this process dies mid-command, kill the command */
   bool background;         /* start and return at once (see sbx_command_status/logs) */
   const char *const *argv; /* run this argv directly instead of `sh -lc command` */
-  char *id_out;            /* background: receives the command id (room for 65 bytes) */
+  char *id_out;            /* receives the command id (room for 65 bytes) */
+  bool no_timeout;         /* run without a deadline (execd's timeout 0) */
+  bool merge_output;       /* stderr into stdout */
+  const char *id;          /* use this command id (1-64 characters) */
+  /* Called once the command has started, with its id (before any output). */
+  int (*on_start)(void *arg, const char *id);
 };
 
 struct sbx_exec_result {
@@ -182,6 +187,98 @@ SBX_PUBLIC void sbx_strv_free_array(char **v, size_t n);
 SBX_PUBLIC int sbx_write_from_fd(sbx_sandbox_t *sb, const char *path, int fd, bool append,
                                  sbx_error_t *err);
 SBX_PUBLIC int sbx_download_to_fd(sbx_sandbox_t *sb, const char *path, int fd, sbx_error_t *err);
+
+/* ---- beyond the contract: what an OpenSandbox execd/lifecycle front-end (sbxd) needs ---- */
+
+/* A sandbox made explicitly (not for a scope): not subject to the replica cap or idle reaping;
+ * it lives until sbx_destroy (its front-end enforces any expiry). */
+struct sbx_create_opts {
+  const char *image;      /* NULL: the configured image */
+  const char *const *env; /* "KEY=VALUE" applied to every command in it */
+  size_t n_env;
+  uint64_t memory_bytes;          /* 0: configured */
+  double cpus;                    /* 0: configured */
+  const struct sbx_mount *mounts; /* extra bind mounts (host paths already vetted) */
+  size_t n_mounts;
+  const char *extra; /* a JSON object kept with the sandbox for the front-end */
+};
+SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
+                                     sbx_error_t *err);
+/* Takes hold of an existing sandbox by id (no health check): for front-ends that restart and
+ * adopt what is still running. */
+SBX_PUBLIC sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err);
+/* The front-end's JSON object kept with the sandbox (malloc'ed; "{}" if none). */
+SBX_PUBLIC char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err);
+SBX_PUBLIC int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error_t *err);
+/* Freezes (cgroup freezer) or thaws every process of the sandbox. */
+SBX_PUBLIC int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err);
+SBX_PUBLIC bool sbx_sandbox_managed(const sbx_sandbox_t *sb);
+
+struct sbx_file_info {
+  char *path;
+  char type; /* 'f' file, 'd' directory, 'l' symlink, 'o' other */
+  uint64_t size;
+  unsigned mode; /* permission bits */
+  int64_t mtime_ns, ctime_ns;
+  unsigned uid, gid;
+};
+SBX_PUBLIC void sbx_file_infos_free(struct sbx_file_info *v, size_t n);
+/* lstat */
+SBX_PUBLIC int sbx_stat(sbx_sandbox_t *sb, const char *path, struct sbx_file_info *info,
+                        sbx_error_t *err);
+/* mkdir -p; *created says whether the last component is new (and got mode). */
+SBX_PUBLIC int sbx_mkdir(sbx_sandbox_t *sb, const char *path, unsigned mode, bool *created,
+                         sbx_error_t *err);
+enum { SBX_RM_DIR = 1, SBX_RM_RECURSIVE = 2 };
+SBX_PUBLIC int sbx_remove(sbx_sandbox_t *sb, const char *path, int flags, sbx_error_t *err);
+/* Moves src to dst (dst must not exist; its parent is created). */
+SBX_PUBLIC int sbx_rename(sbx_sandbox_t *sb, const char *src, const char *dst, sbx_error_t *err);
+/* chmod (mode 0 = leave) and chown by user/group name or number (NULL = leave). */
+SBX_PUBLIC int sbx_chmod(sbx_sandbox_t *sb, const char *path, unsigned mode, const char *owner,
+                         const char *group, sbx_error_t *err);
+/* Entries below path to depth, each directory's children after it, sorted, links not followed. */
+SBX_PUBLIC int sbx_readdir(sbx_sandbox_t *sb, const char *path, int depth, struct sbx_file_info **v,
+                           size_t *n, sbx_error_t *err);
+/* Non-directories below path whose name matches pattern (glob with {a,b}). */
+SBX_PUBLIC int sbx_find(sbx_sandbox_t *sb, const char *path, const char *pattern,
+                        struct sbx_file_info **v, size_t *n, sbx_error_t *err);
+/* Replaces every occurrence of old by new in the file (atomically); *count gets how many. */
+SBX_PUBLIC int sbx_replace(sbx_sandbox_t *sb, const char *path, const void *old, size_t old_len,
+                           const void *new_, size_t new_len, uint64_t *count, sbx_error_t *err);
+/* Bytes [offset, offset+limit) of path (limit 0 = to the end) into fd; *size gets the file's
+ * size before any byte is written (on_size, if set, is called with it first). */
+SBX_PUBLIC int sbx_read_range(sbx_sandbox_t *sb, const char *path, uint64_t offset, uint64_t limit,
+                              int fd, int (*on_size)(void *, uint64_t), void *arg,
+                              sbx_error_t *err);
+/* Writes data (or fd's content when data is NULL) to path, creating parents; mode 0 keeps the
+ * existing mode (new files 0644). Atomic replace. */
+SBX_PUBLIC int sbx_write_file_mode(sbx_sandbox_t *sb, const char *path, const void *data,
+                                   size_t len, int fd, unsigned mode, sbx_error_t *err);
+
+struct sbx_command_status {
+  char id[65];
+  bool running;
+  bool background;
+  bool timed_out;
+  int exit_code; /* valid when !running */
+  long pid;
+  uint64_t started_ms, finished_ms; /* since the epoch */
+};
+SBX_PUBLIC int sbx_command_status(sbx_sandbox_t *sb, const char *id, struct sbx_command_status *st,
+                                  sbx_error_t *err);
+/* A background command's combined output from byte cursor on, into fd; *next = new cursor. */
+SBX_PUBLIC int sbx_command_logs(sbx_sandbox_t *sb, const char *id, uint64_t cursor, int fd,
+                                uint64_t *next, sbx_error_t *err);
+/* A connected TCP socket to 127.0.0.1:port inside the sandbox's network namespace. */
+SBX_PUBLIC int sbx_connect_port(sbx_sandbox_t *sb, int port, sbx_error_t *err);
+
+struct sbx_metrics {
+  double cpu_count;   /* CPUs it may use */
+  double cpu_usage_s; /* CPU seconds used so far */
+  uint64_t mem_limit; /* bytes (host memory if unlimited) */
+  uint64_t mem_used;  /* bytes */
+};
+SBX_PUBLIC int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err);
 
 #ifdef __cplusplus
 }

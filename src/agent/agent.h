@@ -52,6 +52,9 @@ int agent_remove(struct agent_conn *c, const char *payload, size_t len);
 int agent_rename(struct agent_conn *c, const char *payload, size_t len);
 int agent_chmod(struct agent_conn *c, const char *payload, size_t len);
 int agent_connect(struct agent_conn *c, const char *payload, size_t len);
+int agent_readdir(struct agent_conn *c, const char *payload, size_t len);
+int agent_find(struct agent_conn *c, const char *payload, size_t len);
+int agent_replace(struct agent_conn *c, const char *payload, size_t len);
 
 /* Opens path (absolute, inside the sandbox) without ever leaving the sandbox's root or
  * following magic links. */

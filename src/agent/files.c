@@ -10,6 +10,7 @@
 #include "text.h"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <linux/openat2.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -694,4 +695,305 @@ int agent_connect(struct agent_conn *c, const char *payload, size_t len)
     }
   }
   return sbx_frame_send_fd(c->fd, SBX_MSG_OK, c->req, NULL, 0, s);
+}
+
+/* ---- execd's directory listing, name search and replace ---- */
+
+#define INFO_MAX 100000
+
+struct info_walk {
+  struct agent_conn *c;
+  sbx_tlv_writer_t w;
+  size_t count;
+  bool truncated;
+  int failed;
+};
+
+static int info_emit(struct info_walk *iw, const char *path, const struct stat *st)
+{
+  if (iw->count >= INFO_MAX) {
+    iw->truncated = true;
+    return 0;
+  }
+  sbx_tlv_writer_t rec = {0};
+  sbx_tlv_put_str(&rec, SBX_T_PATH, path);
+  agent_put_stat(&rec, st);
+  sbx_tlv_put(&iw->w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+  sbx_tlv_free(&rec);
+  iw->count++;
+  if (iw->w.buf.len >= ITEMS_BATCH) {
+    if (sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
+      iw->failed = -1;
+    iw->w.buf.len = 0;
+  }
+  return iw->failed;
+}
+
+static int info_finish(struct info_walk *iw)
+{
+  if (iw->failed == 0 && iw->w.buf.len > 0 &&
+      sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
+    iw->failed = -1;
+  sbx_tlv_free(&iw->w);
+  if (iw->failed < 0)
+    return -1;
+  sbx_tlv_writer_t ok = {0};
+  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, iw->truncated);
+  int ret = agent_reply_ok(iw->c, &ok);
+  sbx_tlv_free(&ok);
+  return ret;
+}
+
+/* Sorted names of the directory dfd (closed by the caller). */
+static void sorted_names(int dfd, sbx_strv_t *names)
+{
+  int fd = dup(dfd);
+  if (fd < 0)
+    return;
+  cleanup_dir DIR *d = fdopendir(fd);
+  if (d == NULL) {
+    close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, ".."))
+      sbx_strv_push(names, de->d_name);
+  sbx_strv_sort(names);
+}
+
+static char *join_path(const char *dir, const char *name)
+{
+  size_t n = strlen(dir);
+  return xasprintf("%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
+}
+
+/* Children (sorted), each followed by its own children, down to depth; links not followed. */
+static void readdir_walk(struct info_walk *iw, int dfd, const char *path, int depth)
+{
+  sbx_strv_t names = {0};
+  sorted_names(dfd, &names);
+  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
+    struct stat st;
+    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    cleanup_free char *child = join_path(path, names.v[i]);
+    if (info_emit(iw, child, &st) < 0)
+      break;
+    if (S_ISDIR(st.st_mode) && depth > 1) {
+      int sub = openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        readdir_walk(iw, sub, child, depth - 1);
+        close(sub);
+      }
+    }
+  }
+  sbx_strv_free(&names);
+}
+
+int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL;
+  int64_t depth = 1;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_i64(payload, len, SBX_T_DEPTH, 1, &depth) < 0)
+    return agent_reply_error(c, &err);
+  if (depth < 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "depth must be non-negative");
+    return agent_reply_error(c, &err);
+  }
+  cleanup_close int dfd = agent_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0, &err);
+  if (dfd < 0) {
+    if (err->status == ELOOP) {
+      sbx_error_release(&err);
+      sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory (a symlink): %s", path);
+    }
+    return agent_reply_error(c, &err);
+  }
+  struct stat st;
+  if (fstat(dfd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
+    return agent_reply_error(c, &err);
+  }
+  struct info_walk iw = {.c = c};
+  if (depth > 0)
+    readdir_walk(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth);
+  return info_finish(&iw);
+}
+
+/* Expands {a,b} alternatives (nested allowed) into plain fnmatch patterns, at most 256. */
+static void expand_braces(const char *pat, sbx_strv_t *out)
+{
+  if (out->n >= 256)
+    return;
+  const char *open = NULL;
+  for (const char *p = pat; *p; p++) {
+    if (*p == '\\' && p[1]) {
+      p++;
+      continue;
+    }
+    if (*p == '{') {
+      open = p;
+      break;
+    }
+  }
+  if (open == NULL) {
+    sbx_strv_push(out, pat);
+    return;
+  }
+  /* find the matching close brace and the top-level commas */
+  int level = 0;
+  const char *close = NULL;
+  sbx_strv_t alts = {0};
+  const char *start = open + 1;
+  for (const char *p = open + 1; *p; p++) {
+    if (*p == '\\' && p[1]) {
+      p++;
+      continue;
+    }
+    if (*p == '{')
+      level++;
+    else if (*p == '}' && level > 0)
+      level--;
+    else if (*p == '}') {
+      close = p;
+      sbx_strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
+      break;
+    } else if (*p == ',' && level == 0) {
+      sbx_strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
+      start = p + 1;
+    }
+  }
+  if (close == NULL || alts.n < 2) {
+    /* not a brace expression: keep the brace literally */
+    sbx_strv_free(&alts);
+    sbx_strv_push(out, pat);
+    return;
+  }
+  for (size_t i = 0; i < alts.n && out->n < 256; i++) {
+    cleanup_free char *next = xasprintf("%.*s%s%s", (int) (open - pat), pat, alts.v[i], close + 1);
+    expand_braces(next, out);
+  }
+  sbx_strv_free(&alts);
+}
+
+static bool name_matches(const sbx_strv_t *pats, const char *name)
+{
+  for (size_t i = 0; i < pats->n; i++)
+    if (fnmatch(pats->v[i], name, 0) == 0)
+      return true;
+  return false;
+}
+
+static void find_walk(struct info_walk *iw, int dfd, const char *path, const sbx_strv_t *pats,
+                      int depth)
+{
+  sbx_strv_t names = {0};
+  sorted_names(dfd, &names);
+  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
+    struct stat st;
+    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    cleanup_free char *child = join_path(path, names.v[i]);
+    if (S_ISDIR(st.st_mode)) {
+      int sub = depth < SBX_SEARCH_MAX_DEPTH
+                    ? openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    : -1;
+      if (sub >= 0) {
+        find_walk(iw, sub, child, pats, depth + 1);
+        close(sub);
+      }
+    } else if (name_matches(pats, names.v[i])) {
+      info_emit(iw, child, &st);
+    }
+  }
+  sbx_strv_free(&names);
+}
+
+int agent_find(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *pattern = NULL;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0)
+    return agent_reply_error(c, &err);
+  cleanup_close int dfd = agent_open(path, O_RDONLY | O_DIRECTORY, 0, &err);
+  if (dfd < 0)
+    return agent_reply_error(c, &err);
+  /* doublestar on a name: `**` is `*` there */
+  cleanup_free char *pat = xstrdup(pattern && *pattern ? pattern : "**");
+  for (char *p; (p = strstr(pat, "**")) != NULL;)
+    memmove(p, p + 1, strlen(p + 1) + 1);
+  sbx_strv_t pats = {0};
+  expand_braces(pat, &pats);
+  struct info_walk iw = {.c = c};
+  find_walk(&iw, dfd, path, &pats, 0);
+  sbx_strv_free(&pats);
+  return info_finish(&iw);
+}
+
+int agent_replace(struct agent_conn *c, const char *payload, size_t len)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *path = NULL, *dir = NULL, *base = NULL, *tmp = NULL;
+  sbx_tlv_t old, neu;
+  if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
+      split_path(path, &dir, &base, &err) < 0)
+    return agent_reply_error(c, &err);
+  if (sbx_tlv_find(payload, len, SBX_T_OLD, &old) <= 0 || old.len == 0 ||
+      sbx_tlv_find(payload, len, SBX_T_NEW, &neu) < 0) {
+    sbx_make_error(&err, 0, SBX_E_INVALID, "replace needs a non-empty old string");
+    return agent_reply_error(c, &err);
+  }
+  if (!sbx_tlv_has(payload, len, SBX_T_NEW))
+    neu.len = 0, neu.data = (const unsigned char *) "";
+  struct stat st;
+  cleanup_close int fd = open_regular(path, &err, &st);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  if ((uint64_t) st.st_size > READ_TEXT_MAX) {
+    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "file too large to edit: %s", path);
+    return agent_reply_error(c, &err);
+  }
+  sbx_buf_t in = {0}, out = {0};
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 && in.len <= READ_TEXT_MAX)
+    sbx_buf_append(&in, buf, (size_t) n);
+  uint64_t count = 0;
+  const char *p = in.data ? in.data : "", *end = p + in.len;
+  while (p < end) {
+    const char *hit = memmem(p, (size_t) (end - p), old.data, old.len);
+    if (hit == NULL)
+      break;
+    sbx_buf_append(&out, p, (size_t) (hit - p));
+    sbx_buf_append(&out, neu.data, neu.len);
+    p = hit + old.len;
+    count++;
+  }
+  int ret;
+  if (count > 0) {
+    sbx_buf_append(&out, p, (size_t) (end - p));
+    cleanup_close int dfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, &err);
+    char suffix[17];
+    sbx_random_hex(suffix, 16);
+    tmp = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
+    cleanup_close int tfd =
+        dfd < 0 ? -1 : openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (dfd >= 0 && (tfd < 0 || sbx_write_all(tfd, out.data, out.len) < 0 || fsync(tfd) < 0 ||
+                     fchmod(tfd, st.st_mode & 07777) < 0 || renameat(dfd, tmp, dfd, base) < 0)) {
+      sbx_make_error(&err, errno, sbx_errno_kind(errno), "rewrite %s", path);
+      unlinkat(dfd, tmp, 0);
+    }
+  }
+  sbx_buf_free(&in);
+  sbx_buf_free(&out);
+  if (err)
+    return agent_reply_error(c, &err);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_COUNT, count);
+  ret = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return ret;
 }

@@ -78,6 +78,12 @@ static handler_fn handler_for(uint16_t type)
     return agent_chmod;
   case SBX_MSG_CONNECT:
     return agent_connect;
+  case SBX_MSG_READDIR:
+    return agent_readdir;
+  case SBX_MSG_FIND:
+    return agent_find;
+  case SBX_MSG_REPLACE:
+    return agent_replace;
   default:
     return NULL;
   }

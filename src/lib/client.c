@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #define OP_TIMEOUT_MS (600 * 1000) /* file and search operations */
@@ -165,6 +166,8 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     flags |= SBX_EXEC_KILL_ON_DISCONNECT;
   if (o && o->background)
     flags |= SBX_EXEC_BACKGROUND;
+  if (o && o->merge_output)
+    flags |= SBX_EXEC_MERGE_OUTPUT;
   sbx_tlv_writer_t w = {0};
   if (o && o->argv) {
     flags |= SBX_EXEC_ARGV;
@@ -177,12 +180,17 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     cleanup_free char *kv = xasprintf("%s=%s", cfg->environment[i].key, cfg->environment[i].value);
     sbx_tlv_put_str(&w, SBX_T_ENV, kv);
   }
+  for (size_t i = 0; i < in->meta.env.n; i++)
+    sbx_tlv_put_str(&w, SBX_T_ENV, in->meta.env.v[i]);
   for (size_t i = 0; o && i < o->n_env; i++)
     sbx_tlv_put_str(&w, SBX_T_ENV, o->env[i]);
   if (o && o->cwd)
     sbx_tlv_put_str(&w, SBX_T_CWD, o->cwd);
+  if (o && o->id)
+    sbx_tlv_put_str(&w, SBX_T_ID, o->id);
   uint64_t timeout_ms = (uint64_t) (timeout * 1000.0 + 0.5);
-  if (!(o && o->background))
+  bool no_timeout = o && (o->no_timeout || o->background);
+  if (!no_timeout)
     sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, timeout_ms ? timeout_ms : 1);
   sbx_tlv_put_u64(&w, SBX_T_OUT_CAP, cap);
   sbx_tlv_put_u64(&w, SBX_T_ERR_CAP, cap);
@@ -195,7 +203,8 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
   }
   /* sbx-init enforces the command's timeout; a channel silent well past it is broken */
   uint64_t wait_ms = timeout_ms + 30000;
-  set_timeout(fd, wait_ms > INT32_MAX ? INT32_MAX : (int) wait_ms);
+  if (!no_timeout)
+    set_timeout(fd, wait_ms > INT32_MAX ? INT32_MAX : (int) wait_ms);
   int r = send_req(fd, SBX_MSG_EXEC, &w, "exec", err);
   sbx_tlv_free(&w);
   if (r < 0)
@@ -210,13 +219,15 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     if (recv_frame(fd, &hdr, &p, "exec", err) < 0)
       goto fail;
     switch (hdr.type) {
-    case SBX_MSG_STARTED:
-      if (o && o->background && o->id_out) {
-        cleanup_free char *id = NULL;
-        sbx_tlv_get_str(p, hdr.len, SBX_T_ID, &id);
+    case SBX_MSG_STARTED: {
+      cleanup_free char *id = NULL;
+      sbx_tlv_get_str(p, hdr.len, SBX_T_ID, &id);
+      if (o && o->id_out)
         snprintf(o->id_out, 65, "%s", id ? id : "");
-      }
+      if (o && o->on_start && !stop && o->on_start(o->arg, id ? id : "") != 0)
+        stop = true;
       break;
+    }
     case SBX_MSG_STDOUT:
     case SBX_MSG_STDERR: {
       int stream = hdr.type == SBX_MSG_STDOUT ? 1 : 2;
@@ -387,6 +398,12 @@ int sbx__agent_read_to_buf(struct sbx_instance *in, const char *path, uint64_t m
 int sbx__agent_write(struct sbx_instance *in, const char *path, const void *data, size_t len,
                      int src_fd, bool append, sbx_error_t *err)
 {
+  return sbx__agent_write_ex(in, path, data, len, src_fd, append, 0, err);
+}
+
+int sbx__agent_write_ex(struct sbx_instance *in, const char *path, const void *data, size_t len,
+                        int src_fd, bool append, unsigned mode, sbx_error_t *err)
+{
   cleanup_close int fd = sbx__agent_connect(in->dir, err);
   if (fd < 0)
     return -1;
@@ -395,6 +412,8 @@ int sbx__agent_write(struct sbx_instance *in, const char *path, const void *data
   sbx_tlv_put_str(&w, SBX_T_PATH, path);
   sbx_tlv_put_u64(&w, SBX_T_FLAGS,
                   SBX_WRITE_PARENTS | (append ? SBX_WRITE_APPEND : SBX_WRITE_ATOMIC));
+  if (mode)
+    sbx_tlv_put_u64(&w, SBX_T_MODE, mode);
   int r = send_req(fd, SBX_MSG_WRITE, &w, "write", err);
   sbx_tlv_free(&w);
   if (r < 0)
@@ -545,4 +564,296 @@ int sbx__agent_grep(struct sbx_instance *in, const char *path, const char *patte
   *m = acc.v;
   *n = acc.n;
   return 0;
+}
+
+/* ---- beyond the contract ---- */
+
+static int simple_tlv(struct sbx_instance *in, uint16_t type, sbx_tlv_writer_t *w, char **reply,
+                      size_t *reply_len, sbx_error_t *err)
+{
+  int r = sbx__agent_simple(in->dir, type, w->buf.data, w->buf.len, reply, reply_len, err);
+  sbx_tlv_free(w);
+  return r;
+}
+
+static int info_from_tlv(const void *p, size_t len, struct sbx_file_info *info)
+{
+  memset(info, 0, sizeof *info);
+  sbx_tlv_t t;
+  uint64_t v;
+  if (sbx_tlv_find(p, len, SBX_T_TYPE, &t) <= 0 || t.len != 1)
+    return -1;
+  info->type = (char) t.data[0];
+  sbx_tlv_get_u64(p, len, SBX_T_SIZE, 0, &info->size);
+  sbx_tlv_get_u64(p, len, SBX_T_MODE, 0, &v);
+  info->mode = (unsigned) v;
+  sbx_tlv_get_u64(p, len, SBX_T_MTIME, 0, &v);
+  info->mtime_ns = (int64_t) v;
+  sbx_tlv_get_u64(p, len, SBX_T_CTIME, 0, &v);
+  info->ctime_ns = (int64_t) v;
+  sbx_tlv_get_u64(p, len, SBX_T_UID, 0, &v);
+  info->uid = (unsigned) v;
+  sbx_tlv_get_u64(p, len, SBX_T_GID, 0, &v);
+  info->gid = (unsigned) v;
+  return 0;
+}
+
+int sbx__agent_stat(struct sbx_instance *in, const char *path, struct sbx_file_info *info,
+                    sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  cleanup_free char *reply = NULL;
+  size_t len = 0;
+  if (simple_tlv(in, SBX_MSG_STAT, &w, &reply, &len, err) < 0)
+    return -1;
+  if (info_from_tlv(reply, len, info) < 0)
+    return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed stat reply");
+  info->path = xstrdup(path);
+  return 0;
+}
+
+int sbx__agent_mkdir(struct sbx_instance *in, const char *path, unsigned mode, bool *created,
+                     sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  sbx_tlv_put_u64(&w, SBX_T_MODE, mode);
+  cleanup_free char *reply = NULL;
+  size_t len = 0;
+  if (simple_tlv(in, SBX_MSG_MKDIR, &w, &reply, &len, err) < 0)
+    return -1;
+  uint64_t c = 0;
+  sbx_tlv_get_u64(reply, len, SBX_T_COUNT, 0, &c);
+  if (created)
+    *created = c != 0;
+  return 0;
+}
+
+int sbx__agent_remove(struct sbx_instance *in, const char *path, int flags, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  sbx_tlv_put_u64(&w, SBX_T_FLAGS,
+                  ((flags & SBX_RM_DIR) ? SBX_REMOVE_DIR : 0) |
+                      ((flags & SBX_RM_RECURSIVE) ? SBX_REMOVE_RECURSIVE : 0));
+  return simple_tlv(in, SBX_MSG_REMOVE, &w, NULL, NULL, err);
+}
+
+int sbx__agent_rename(struct sbx_instance *in, const char *src, const char *dst, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, src);
+  sbx_tlv_put_str(&w, SBX_T_DEST, dst);
+  return simple_tlv(in, SBX_MSG_RENAME, &w, NULL, NULL, err);
+}
+
+int sbx__agent_chmod(struct sbx_instance *in, const char *path, unsigned mode, const char *owner,
+                     const char *group, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  sbx_tlv_put_u64(&w, SBX_T_MODE, mode);
+  sbx_tlv_put_str(&w, SBX_T_OWNER, owner);
+  sbx_tlv_put_str(&w, SBX_T_GROUP, group);
+  return simple_tlv(in, SBX_MSG_CHMOD, &w, NULL, NULL, err);
+}
+
+struct info_acc {
+  struct sbx_file_info *v;
+  size_t n;
+};
+
+static int push_info(void *arg, const unsigned char *data, size_t len)
+{
+  struct info_acc *a = arg;
+  struct sbx_file_info info;
+  char *path = NULL;
+  if (sbx_tlv_get_str(data, len, SBX_T_PATH, &path) <= 0 || info_from_tlv(data, len, &info) < 0) {
+    free(path);
+    return -1;
+  }
+  info.path = path;
+  a->v = xreallocarray(a->v, a->n + 1, sizeof *a->v);
+  a->v[a->n++] = info;
+  return 0;
+}
+
+void sbx_file_infos_free(struct sbx_file_info *v, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    free(v[i].path);
+  free(v);
+}
+
+int sbx__agent_readdir(struct sbx_instance *in, const char *path, int depth, bool find,
+                       const char *pattern, struct sbx_file_info **v, size_t *n, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  if (find)
+    sbx_tlv_put_str(&w, SBX_T_PATTERN, pattern);
+  else
+    sbx_tlv_put_i64(&w, SBX_T_DEPTH, depth);
+  struct info_acc acc = {0};
+  int r = items_request(in, find ? SBX_MSG_FIND : SBX_MSG_READDIR, &w, find ? "find" : "readdir",
+                        push_info, &acc, NULL, err);
+  sbx_tlv_free(&w);
+  if (r < 0) {
+    sbx_file_infos_free(acc.v, acc.n);
+    return -1;
+  }
+  *v = acc.v;
+  *n = acc.n;
+  return 0;
+}
+
+int sbx__agent_replace(struct sbx_instance *in, const char *path, const void *old, size_t old_len,
+                       const void *new_, size_t new_len, uint64_t *count, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  sbx_tlv_put(&w, SBX_T_OLD, old, old_len);
+  sbx_tlv_put(&w, SBX_T_NEW, new_, new_len);
+  cleanup_free char *reply = NULL;
+  size_t len = 0;
+  if (simple_tlv(in, SBX_MSG_REPLACE, &w, &reply, &len, err) < 0)
+    return -1;
+  sbx_tlv_get_u64(reply, len, SBX_T_COUNT, 0, count);
+  return 0;
+}
+
+int sbx__agent_read_range(struct sbx_instance *in, const char *path, uint64_t offset,
+                          uint64_t limit, int fd, int (*on_size)(void *, uint64_t), void *arg,
+                          sbx_error_t *err)
+{
+  cleanup_close int sock = sbx__agent_connect(in->dir, err);
+  if (sock < 0)
+    return -1;
+  set_timeout(sock, OP_TIMEOUT_MS);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_PATH, path);
+  sbx_tlv_put_u64(&w, SBX_T_OFFSET, offset);
+  sbx_tlv_put_u64(&w, SBX_T_LIMIT, limit);
+  int r = send_req(sock, SBX_MSG_READ, &w, "read", err);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  for (;;) {
+    sbx_frame_hdr_t hdr;
+    cleanup_free char *p = NULL;
+    if (recv_frame(sock, &hdr, &p, "read", err) < 0)
+      return -1;
+    if (hdr.type == SBX_MSG_OK)
+      return 0;
+    if (hdr.type == SBX_MSG_STARTED) {
+      uint64_t size = 0;
+      sbx_tlv_get_u64(p, hdr.len, SBX_T_SIZE, 0, &size);
+      if (on_size && on_size(arg, size) != 0)
+        return sbx_make_error(err, ECANCELED, SBX_E_INVALID, "read cancelled");
+      continue;
+    }
+    if (hdr.type != SBX_MSG_DATA)
+      return unexpected(hdr.type, "read", err);
+    if (sbx_write_all(fd, p, hdr.len) < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "write the data read from %s", path);
+  }
+}
+
+int sbx__agent_write_mode(struct sbx_instance *in, const char *path, const void *data, size_t len,
+                          int src_fd, unsigned mode, sbx_error_t *err)
+{
+  return sbx__agent_write_ex(in, path, data, len, src_fd, false, mode, err);
+}
+
+int sbx__agent_cmd_status(struct sbx_instance *in, const char *id, struct sbx_command_status *st,
+                          sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_ID, id);
+  cleanup_free char *reply = NULL;
+  size_t len = 0;
+  if (simple_tlv(in, SBX_MSG_CMD_STATUS, &w, &reply, &len, err) < 0)
+    return -1;
+  memset(st, 0, sizeof *st);
+  cleanup_free char *rid = NULL;
+  uint64_t running = 0, flags = 0, pid = 0, to = 0;
+  int64_t code = 0;
+  sbx_tlv_get_str(reply, len, SBX_T_ID, &rid);
+  snprintf(st->id, sizeof st->id, "%s", rid ? rid : id);
+  sbx_tlv_get_u64(reply, len, SBX_T_RUNNING, 0, &running);
+  sbx_tlv_get_u64(reply, len, SBX_T_FLAGS, 0, &flags);
+  sbx_tlv_get_u64(reply, len, SBX_T_PID, 0, &pid);
+  sbx_tlv_get_u64(reply, len, SBX_T_TIMED_OUT, 0, &to);
+  sbx_tlv_get_i64(reply, len, SBX_T_CODE, 0, &code);
+  sbx_tlv_get_u64(reply, len, SBX_T_STARTED_MS, 0, &st->started_ms);
+  sbx_tlv_get_u64(reply, len, SBX_T_FINISHED_MS, 0, &st->finished_ms);
+  st->running = running != 0;
+  st->background = (flags & SBX_EXEC_BACKGROUND) != 0;
+  st->timed_out = to != 0;
+  st->exit_code = (int) code;
+  st->pid = (long) pid;
+  return 0;
+}
+
+int sbx__agent_cmd_logs(struct sbx_instance *in, const char *id, uint64_t cursor, int fd,
+                        uint64_t *next, sbx_error_t *err)
+{
+  cleanup_close int sock = sbx__agent_connect(in->dir, err);
+  if (sock < 0)
+    return -1;
+  set_timeout(sock, OP_TIMEOUT_MS);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_str(&w, SBX_T_ID, id);
+  sbx_tlv_put_u64(&w, SBX_T_CURSOR, cursor);
+  int r = send_req(sock, SBX_MSG_CMD_LOGS, &w, "logs", err);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  for (;;) {
+    sbx_frame_hdr_t hdr;
+    cleanup_free char *p = NULL;
+    if (recv_frame(sock, &hdr, &p, "logs", err) < 0)
+      return -1;
+    if (hdr.type == SBX_MSG_OK) {
+      sbx_tlv_get_u64(p, hdr.len, SBX_T_CURSOR, cursor, next);
+      return 0;
+    }
+    if (hdr.type != SBX_MSG_DATA)
+      return unexpected(hdr.type, "logs", err);
+    if (sbx_write_all(fd, p, hdr.len) < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "write the logs");
+  }
+}
+
+int sbx__agent_connect_port(struct sbx_instance *in, int port, sbx_error_t *err)
+{
+  cleanup_close int sock = sbx__agent_connect(in->dir, err);
+  if (sock < 0)
+    return -1;
+  set_timeout(sock, 30000);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_PORT, (uint64_t) port);
+  int r = send_req(sock, SBX_MSG_CONNECT, &w, "connect", err);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  sbx_frame_hdr_t hdr;
+  cleanup_free char *p = NULL;
+  int passed = -1;
+  if (sbx_frame_recv_fd(sock, &hdr, &p, SBX_PROTO_MAX_PAYLOAD, &passed) < 0)
+    return channel_error(errno, "connect", err);
+  if (hdr.type == SBX_MSG_ERR) {
+    if (passed >= 0)
+      close(passed);
+    return sbx_error_from_frame(p, hdr.len, err);
+  }
+  /* only ever accept a socket from the sandbox */
+  struct stat st;
+  if (hdr.type != SBX_MSG_OK || passed < 0 || fstat(passed, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+    if (passed >= 0)
+      close(passed);
+    return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init did not pass a socket");
+  }
+  return passed;
 }

@@ -34,6 +34,10 @@ struct sbx_meta {
   char *cgroups;                /* linux: "controller=path" lines */
   char *remote_id;              /* opensandbox: the remote sandbox's id */
   bool paused;
+  bool managed;          /* made by sbx_create: outside the replica cap and idle reaping */
+  sbx_strv_t env;        /* "KEY=VALUE" for every command (sbx_create) */
+  uint64_t memory_bytes; /* per-sandbox limits (sbx_create); 0 = configured */
+  double cpus;
   char *extra; /* JSON object kept for front-ends (sbxd: metadata, expiry...) */
 };
 
@@ -101,6 +105,30 @@ struct sbx_backend_ops {
   int (*grep)(struct sbx_instance *in, const char *path, const char *pattern,
               const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n, bool *truncated,
               sbx_error_t *err);
+
+  /* beyond the contract (optional: NULL = unsupported on this backend) */
+  int (*stat)(struct sbx_instance *in, const char *path, struct sbx_file_info *info,
+              sbx_error_t *err);
+  int (*mkdir)(struct sbx_instance *in, const char *path, unsigned mode, bool *created,
+               sbx_error_t *err);
+  int (*remove)(struct sbx_instance *in, const char *path, int flags, sbx_error_t *err);
+  int (*rename)(struct sbx_instance *in, const char *src, const char *dst, sbx_error_t *err);
+  int (*chmod)(struct sbx_instance *in, const char *path, unsigned mode, const char *owner,
+               const char *group, sbx_error_t *err);
+  int (*readdir)(struct sbx_instance *in, const char *path, int depth, bool find,
+                 const char *pattern, struct sbx_file_info **v, size_t *n, sbx_error_t *err);
+  int (*replace)(struct sbx_instance *in, const char *path, const void *old, size_t old_len,
+                 const void *new_, size_t new_len, uint64_t *count, sbx_error_t *err);
+  int (*read_range)(struct sbx_instance *in, const char *path, uint64_t offset, uint64_t limit,
+                    int fd, int (*on_size)(void *, uint64_t), void *arg, sbx_error_t *err);
+  int (*write_mode)(struct sbx_instance *in, const char *path, const void *data, size_t len, int fd,
+                    unsigned mode, sbx_error_t *err);
+  int (*cmd_status)(struct sbx_instance *in, const char *id, struct sbx_command_status *st,
+                    sbx_error_t *err);
+  int (*cmd_logs)(struct sbx_instance *in, const char *id, uint64_t cursor, int fd, uint64_t *next,
+                  sbx_error_t *err);
+  int (*connect_port)(struct sbx_instance *in, int port, sbx_error_t *err);
+  int (*metrics)(struct sbx_instance *in, struct sbx_metrics *m, sbx_error_t *err);
 };
 
 extern const struct sbx_backend_ops sbx_backend_linux;
@@ -115,6 +143,9 @@ struct sbx_instance {
   struct sbx_meta meta;
   char *dir; /* $home/sandboxes/<id> */
   void *backend_data;
+  /* at creation only: extra mounts (sbx_create's volumes) */
+  const struct sbx_mount *extra_mounts;
+  size_t n_extra_mounts;
 };
 
 /* An acquired sandbox: the instance plus the lease this process holds. */
@@ -158,6 +189,8 @@ int sbx__agent_read_to_buf(struct sbx_instance *in, const char *path, uint64_t m
                            size_t *len, sbx_error_t *err);
 int sbx__agent_write(struct sbx_instance *in, const char *path, const void *data, size_t len,
                      int fd, bool append, sbx_error_t *err);
+int sbx__agent_write_ex(struct sbx_instance *in, const char *path, const void *data, size_t len,
+                        int fd, bool append, unsigned mode, sbx_error_t *err);
 int sbx__agent_list_dir(struct sbx_instance *in, const char *path, int depth, sbx_strv_t *out,
                         sbx_error_t *err);
 int sbx__agent_glob(struct sbx_instance *in, const char *path, const char *pattern,
@@ -166,6 +199,29 @@ int sbx__agent_glob(struct sbx_instance *in, const char *path, const char *patte
 int sbx__agent_grep(struct sbx_instance *in, const char *path, const char *pattern,
                     const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n,
                     bool *truncated, sbx_error_t *err);
+int sbx__agent_stat(struct sbx_instance *in, const char *path, struct sbx_file_info *info,
+                    sbx_error_t *err);
+int sbx__agent_mkdir(struct sbx_instance *in, const char *path, unsigned mode, bool *created,
+                     sbx_error_t *err);
+int sbx__agent_remove(struct sbx_instance *in, const char *path, int flags, sbx_error_t *err);
+int sbx__agent_rename(struct sbx_instance *in, const char *src, const char *dst, sbx_error_t *err);
+int sbx__agent_chmod(struct sbx_instance *in, const char *path, unsigned mode, const char *owner,
+                     const char *group, sbx_error_t *err);
+int sbx__agent_readdir(struct sbx_instance *in, const char *path, int depth, bool find,
+                       const char *pattern, struct sbx_file_info **v, size_t *n, sbx_error_t *err);
+int sbx__agent_replace(struct sbx_instance *in, const char *path, const void *old, size_t old_len,
+                       const void *new_, size_t new_len, uint64_t *count, sbx_error_t *err);
+int sbx__agent_read_range(struct sbx_instance *in, const char *path, uint64_t offset,
+                          uint64_t limit, int fd, int (*on_size)(void *, uint64_t), void *arg,
+                          sbx_error_t *err);
+int sbx__agent_write_mode(struct sbx_instance *in, const char *path, const void *data, size_t len,
+                          int fd, unsigned mode, sbx_error_t *err);
+int sbx__agent_cmd_status(struct sbx_instance *in, const char *id, struct sbx_command_status *st,
+                          sbx_error_t *err);
+int sbx__agent_cmd_logs(struct sbx_instance *in, const char *id, uint64_t cursor, int fd,
+                        uint64_t *next, sbx_error_t *err);
+int sbx__agent_connect_port(struct sbx_instance *in, int port, sbx_error_t *err);
+
 /* Generic request on a fresh connection; the reply's payload is returned for OK. */
 int sbx__agent_simple(const char *dir, uint16_t type, const void *req, size_t len, char **reply,
                       size_t *reply_len, sbx_error_t *err);

@@ -14,6 +14,7 @@
  * one sandbox happens under its exclusive lock (locks/<id>), creation under locks/pool too, so
  * two processes acquiring one scope at once end with one sandbox. See docs/lifecycle.md. */
 #include "internal.h"
+#include "text.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -200,7 +201,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       sbx_error_release(&lerr);
       continue;
     }
-    if (in.ops->alive(&in)) {
+    if (!in.meta.managed && in.ops->alive(&in)) {
       count++;
       if (!sbx_lease_held(p->home, ids.v[i])) {
         snprintf(warm[n_warm].id, sizeof warm[n_warm].id, "%s", ids.v[i]);
@@ -244,14 +245,17 @@ static int health_check(struct sbx_instance *in, sbx_error_t *err)
   return in->ops->health(in, (int) in->cfg->health_check_timeout, err);
 }
 
-/* Creates id. Caller holds locks/<id>; this takes locks/pool. */
+/* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
+ * locks/<id>; this takes locks/pool. */
 static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, const char *user,
-                                    const char *thread, sbx_error_t *err)
+                                    const char *thread, const struct sbx_create_opts *o,
+                                    sbx_error_t *err)
 {
   int pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
   if (pool < 0)
     return NULL;
-  enforce_cap(p, id);
+  if (o == NULL)
+    enforce_cap(p, id); /* managed sandboxes are outside the replica cap */
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->lease_fd = -1;
   struct sbx_instance *in = &sb->in;
@@ -264,8 +268,18 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   in->meta.user = thread ? xstrdup(user) : NULL;
   in->meta.thread = thread ? xstrdup(thread) : NULL;
   in->meta.backend = xstrdup(p->ops->name);
-  in->meta.image = xstrdup(p->cfg->image);
+  in->meta.image = xstrdup(o && o->image ? o->image : p->cfg->image);
   in->meta.created = in->meta.last_used = sbx_realtime_sec();
+  if (o) {
+    in->meta.managed = true;
+    in->meta.memory_bytes = o->memory_bytes;
+    in->meta.cpus = o->cpus;
+    for (size_t i = 0; i < o->n_env; i++)
+      sbx_strv_push(&in->meta.env, o->env[i]);
+    in->meta.extra = o->extra ? xstrdup(o->extra) : NULL;
+    in->extra_mounts = o->mounts;
+    in->n_extra_mounts = o->n_mounts;
+  }
   cleanup_free char *user_data = NULL;
   if (mkdir(in->dir, 0700) < 0 && errno != EEXIST) {
     sbx_make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
@@ -297,6 +311,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     goto fail;
   if (p->ops->create(in, user_data, err) < 0)
     goto fail;
+  in->extra_mounts = NULL;
+  in->n_extra_mounts = 0;
   if (sbx_meta_write(p->home, &in->meta, err) < 0)
     goto fail;
   close(pool);
@@ -327,7 +343,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
       if (access(dir, F_OK) == 0)
         destroy_id(p, id, NULL);
     }
-    return create(p, id, user, thread, err);
+    return create(p, id, user, thread, NULL, err);
   }
   if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
       strcmp(in.meta.thread, thread) != 0) {
@@ -342,7 +358,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     sbx_log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
     instance_destroy(&in, NULL);
     sbx__instance_free(&in);
-    return create(p, id, user, thread, err);
+    return create(p, id, user, thread, NULL, err);
   }
   bool active = sbx_lease_held(p->home, id);
   if (!active && !in.meta.paused) {
@@ -353,7 +369,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
       sbx_error_release(&herr);
       instance_destroy(&in, NULL);
       sbx__instance_free(&in);
-      return create(p, id, user, thread, err);
+      return create(p, id, user, thread, NULL, err);
     }
   }
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
@@ -407,7 +423,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   if (have && !have->broken)
     sb = have;
   else if (thread == NULL)
-    sb = create(p, id, user, NULL, err);
+    sb = create(p, id, user, NULL, NULL, err);
   else
     sb = reclaim_or_create(p, id, user, thread, err);
   if (sb && sb != have) {
@@ -495,6 +511,156 @@ int sbx_park(sbx_provider_t *p, const char *id, sbx_error_t *err)
     sbx_meta_free(&m);
   }
   close(lock);
+  return r;
+}
+
+static void hold(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
+{
+  pthread_mutex_lock(&p->lock);
+  sb->next = p->held;
+  p->held = sb;
+  pthread_mutex_unlock(&p->lock);
+}
+
+sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sbx_error_t *err)
+{
+  static const struct sbx_create_opts none = {0};
+  if (p->shut_down)
+    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
+  if (o && o->n_env && sbx_env_check(o->env, o->n_env, err) < 0)
+    return NULL;
+  char id[SBX_ID_LEN + 1];
+  sbx_random_hex(id, SBX_ID_LEN);
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return NULL;
+  struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
+  close(lock);
+  if (sb)
+    hold(p, sb);
+  return sb;
+}
+
+sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
+{
+  if (!sbx_id_valid(id))
+    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : ""), NULL;
+  struct sbx_sandbox_s *have = sbx_get(p, id);
+  if (have)
+    return have;
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return NULL;
+  struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
+  sb->lease_fd = -1;
+  sbx_error_t lerr = NULL;
+  if (sbx__instance_load(p, id, &sb->in, &lerr) < 0) {
+    bool missing = lerr->kind == SBX_E_NOT_FOUND;
+    sbx_error_release(&lerr);
+    free(sb);
+    close(lock);
+    return sbx_make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
+  }
+  if (!sb->in.ops->alive(&sb->in)) {
+    handle_free(sb);
+    close(lock);
+    return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s is not running", id), NULL;
+  }
+  sb->lease_fd = sbx_lease_take(p->home, id, err);
+  close(lock);
+  if (sb->lease_fd < 0) {
+    handle_free(sb);
+    return NULL;
+  }
+  pthread_mutex_lock(&p->lock);
+  have = held_find(p, id);
+  if (have && !have->broken) { /* another thread opened it meanwhile */
+    pthread_mutex_unlock(&p->lock);
+    handle_free(sb);
+    return have;
+  }
+  sb->next = p->held;
+  p->held = sb;
+  pthread_mutex_unlock(&p->lock);
+  return sb;
+}
+
+/* Reads, changes and writes id's meta under its lock. */
+static int meta_update(struct sbx_provider_s *p, const char *id,
+                       int (*fn)(struct sbx_meta *m, void *arg, sbx_error_t *err), void *arg,
+                       sbx_error_t *err)
+{
+  if (!sbx_id_valid(id))
+    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  int lock = sbx_lock_take(p->home, id, true, false, err);
+  if (lock < 0)
+    return -1;
+  struct sbx_meta m;
+  int r = sbx_meta_read(p->home, id, &m, err);
+  if (r == 0) {
+    r = fn(&m, arg, err);
+    if (r == 0)
+      r = sbx_meta_write(p->home, &m, err);
+    sbx_meta_free(&m);
+  }
+  close(lock);
+  return r;
+}
+
+static int set_extra(struct sbx_meta *m, void *arg, sbx_error_t *err)
+{
+  (void) err;
+  free(m->extra);
+  m->extra = xstrdup(arg);
+  return 0;
+}
+
+int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error_t *err)
+{
+  int r = meta_update(p, id, set_extra, (void *) json, err);
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *sb = r == 0 ? held_find(p, id) : NULL;
+  if (sb) {
+    free(sb->in.meta.extra);
+    sb->in.meta.extra = xstrdup(json);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return r;
+}
+
+char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err)
+{
+  struct sbx_meta m;
+  if (sbx_meta_read(p->home, id, &m, err) < 0)
+    return NULL;
+  char *r = xstrdup(m.extra ? m.extra : "{}");
+  sbx_meta_free(&m);
+  return r;
+}
+
+static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
+{
+  struct sbx_provider_s *p = ((void **) arg)[0];
+  bool paused = *(bool *) ((void **) arg)[1];
+  struct sbx_instance in = {.provider = p, .home = p->home, .cfg = p->cfg, .meta = *m};
+  in.ops = sbx_backend_find(m->backend);
+  if (in.ops == NULL || in.ops->pause == NULL)
+    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
+  if (in.ops->pause(&in, paused, err) < 0)
+    return -1;
+  m->paused = paused;
+  return 0;
+}
+
+int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err)
+{
+  void *arg[2] = {p, &paused};
+  int r = meta_update(p, id, set_paused, arg, err);
+  pthread_mutex_lock(&p->lock);
+  struct sbx_sandbox_s *sb = r == 0 ? held_find(p, id) : NULL;
+  if (sb)
+    sb->in.meta.paused = paused;
+  pthread_mutex_unlock(&p->lock);
   return r;
 }
 
@@ -622,7 +788,7 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
     } else {
       if (!in.ops->alive(&in))
         why = "dead";
-      else if (p->cfg->idle_timeout > 0 && !sbx_lease_held(p->home, ids.v[i]) &&
+      else if (p->cfg->idle_timeout > 0 && !in.meta.managed && !sbx_lease_held(p->home, ids.v[i]) &&
                now - in.meta.last_used > (double) p->cfg->idle_timeout)
         why = "idle";
       if (why)

@@ -21,6 +21,7 @@ void sbx_meta_free(struct sbx_meta *m)
   free(m->cgroups);
   free(m->remote_id);
   free(m->extra);
+  sbx_strv_free(&m->env);
   memset(m, 0, sizeof *m);
 }
 
@@ -64,6 +65,16 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   m->pid = (long) json_integer_value(json_object_get(o, "pid"));
   m->pid_start = (unsigned long long) json_integer_value(json_object_get(o, "pid_start"));
   m->paused = json_is_true(json_object_get(o, "paused"));
+  m->managed = json_is_true(json_object_get(o, "managed"));
+  m->memory_bytes = (uint64_t) json_integer_value(json_object_get(o, "memory_bytes"));
+  m->cpus = json_number_value(json_object_get(o, "cpus"));
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(o, "env"), i, v)
+  {
+    if (json_is_string(v))
+      sbx_strv_push(&m->env, json_string_value(v));
+  }
   json_t *extra = json_object_get(o, "extra");
   if (json_is_object(extra))
     m->extra = json_dumps(extra, JSON_COMPACT | JSON_SORT_KEYS);
@@ -93,6 +104,18 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
   if (m->remote_id)
     json_object_set_new(o, "remote_id", json_string(m->remote_id));
   json_object_set_new(o, "paused", json_boolean(m->paused));
+  if (m->managed)
+    json_object_set_new(o, "managed", json_true());
+  if (m->memory_bytes)
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t) m->memory_bytes));
+  if (m->cpus > 0)
+    json_object_set_new(o, "cpus", json_real(m->cpus));
+  if (m->env.n) {
+    json_t *env = json_array();
+    for (size_t i = 0; i < m->env.n; i++)
+      json_array_append_new(env, json_string(m->env.v[i]));
+    json_object_set_new(o, "env", env);
+  }
   if (m->extra) {
     json_t *extra = json_loads(m->extra, 0, NULL);
     if (json_is_object(extra))

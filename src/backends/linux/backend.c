@@ -52,19 +52,21 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->state_dir = in->dir;
   s->user_data = (char *) user_data;
   s->image = c->image ? c->image : (char *) "host";
-  s->memory_bytes = c->memory_mib << 20;
-  s->cpu_millis = (uint64_t) (c->cpus * 1000.0 + 0.5);
+  s->memory_bytes = in->meta.memory_bytes ? in->meta.memory_bytes : c->memory_mib << 20;
+  double cpus = in->meta.cpus > 0 ? in->meta.cpus : c->cpus;
+  s->cpu_millis = (uint64_t) (cpus * 1000.0 + 0.5);
   s->pids = c->pids;
   s->net_host = c->network && strcmp(c->network, "host") == 0;
   s->tmp_bytes = c->tmp_size_mib << 20;
   s->home_bytes = c->home_size_mib << 20;
-  s->idle_timeout_s = c->idle_timeout;
-  s->n_mounts = c->n_mounts;
-  if (c->n_mounts) {
-    s->mounts = xzalloc(c->n_mounts * sizeof *s->mounts);
-    for (size_t i = 0; i < c->n_mounts; i++)
-      s->mounts[i] = (struct sbx_launch_mount){c->mounts[i].host_path, c->mounts[i].container_path,
-                                               c->mounts[i].read_only};
+  /* a managed sandbox's lifetime belongs to its front-end, not to idleness */
+  s->idle_timeout_s = in->meta.managed ? 0 : c->idle_timeout;
+  s->n_mounts = c->n_mounts + in->n_extra_mounts;
+  s->mounts = xzalloc((s->n_mounts + 1) * sizeof *s->mounts);
+  for (size_t i = 0; i < s->n_mounts; i++) {
+    const struct sbx_mount *m =
+        i < c->n_mounts ? &c->mounts[i] : &in->extra_mounts[i - c->n_mounts];
+    s->mounts[i] = (struct sbx_launch_mount){m->host_path, m->container_path, m->read_only};
   }
 }
 
@@ -166,6 +168,19 @@ static int linux_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err
   return sbx__agent_health(in->dir, timeout_s * 1000, err);
 }
 
+static int linux_metrics(struct sbx_instance *in, struct sbx_metrics *m, sbx_error_t *err)
+{
+  if (in->meta.cgroups == NULL)
+    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
+  struct sbx_cgroup cg;
+  sbx_cgroup_parse(in->meta.cgroups, &cg);
+  int r = sbx_cgroup_metrics(&cg, m);
+  sbx_cgroup_free(&cg);
+  if (r < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "read the cgroup of sandbox %s", in->meta.id);
+  return 0;
+}
+
 static int64_t linux_memory(struct sbx_instance *in)
 {
   if (in->meta.cgroups == NULL)
@@ -206,4 +221,17 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .list_dir = sbx__agent_list_dir,
     .glob = sbx__agent_glob,
     .grep = sbx__agent_grep,
+    .stat = sbx__agent_stat,
+    .mkdir = sbx__agent_mkdir,
+    .remove = sbx__agent_remove,
+    .rename = sbx__agent_rename,
+    .chmod = sbx__agent_chmod,
+    .readdir = sbx__agent_readdir,
+    .replace = sbx__agent_replace,
+    .read_range = sbx__agent_read_range,
+    .write_mode = sbx__agent_write_mode,
+    .cmd_status = sbx__agent_cmd_status,
+    .cmd_logs = sbx__agent_cmd_logs,
+    .connect_port = sbx__agent_connect_port,
+    .metrics = linux_metrics,
 };

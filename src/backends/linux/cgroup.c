@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
+#include <sbx/sbx.h>
+#include <sys/sysinfo.h>
 
 #define CG_ROOT "/sys/fs/cgroup"
 
@@ -314,4 +316,67 @@ void sbx_cgroup_free(struct sbx_cgroup *cg)
     free(cg->path[i]);
     cg->path[i] = NULL;
   }
+}
+
+static int64_t read_int(const char *dir, const char *file)
+{
+  if (dir == NULL)
+    return -1;
+  cleanup_free char *p = xasprintf("%s/%s", dir, file);
+  cleanup_free char *data = NULL;
+  if (sbx_read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
+    return -1;
+  if (strncmp(data, "max", 3) == 0)
+    return INT64_MAX;
+  return strtoll(data, NULL, 10);
+}
+
+int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
+{
+  struct sysinfo si;
+  sysinfo(&si);
+  uint64_t host_mem = (uint64_t) si.totalram * si.mem_unit;
+  m->cpu_count = (double) get_nprocs();
+  int64_t used = sbx_cgroup_memory(cg);
+  if (used < 0)
+    return -1;
+  m->mem_used = (uint64_t) used;
+  if (cg->unified) {
+    const char *dir = cg->path[0];
+    int64_t lim = read_int(dir, "memory.max");
+    m->mem_limit = lim > 0 && (uint64_t) lim < host_mem ? (uint64_t) lim : host_mem;
+    cleanup_free char *p = xasprintf("%s/cpu.max", dir);
+    cleanup_free char *data = NULL;
+    long long quota, period;
+    if (sbx_read_file_at(AT_FDCWD, p, 256, &data, NULL) == 0 &&
+        sscanf(data, "%lld %lld", &quota, &period) == 2 && period > 0)
+      m->cpu_count = (double) quota / (double) period;
+    cleanup_free char *stat = xasprintf("%s/cpu.stat", dir);
+    cleanup_free char *sd = NULL;
+    char *u;
+    if (sbx_read_file_at(AT_FDCWD, stat, 4096, &sd, NULL) == 0 &&
+        (u = strstr(sd, "usage_usec ")) != NULL)
+      m->cpu_usage_s = (double) strtoull(u + 11, NULL, 10) / 1e6;
+    return 0;
+  }
+  int64_t lim = read_int(cg->path[SBX_CG_MEMORY], "memory.limit_in_bytes");
+  m->mem_limit = lim > 0 && (uint64_t) lim < host_mem ? (uint64_t) lim : host_mem;
+  int64_t quota = read_int(cg->path[SBX_CG_CPU], "cpu.cfs_quota_us");
+  int64_t period = read_int(cg->path[SBX_CG_CPU], "cpu.cfs_period_us");
+  if (quota > 0 && period > 0)
+    m->cpu_count = (double) quota / (double) period;
+  /* cpuacct is mounted beside cpu on hybrid hosts: same relative path */
+  if (cg->path[SBX_CG_CPU]) {
+    cleanup_free char *acct = xstrdup(cg->path[SBX_CG_CPU]);
+    char *pos = strstr(acct, "/cpu/");
+    if (pos) {
+      cleanup_free char *alt = xasprintf("%.*s/cpuacct/%s", (int) (pos - acct), acct, pos + 5);
+      int64_t ns = read_int(alt, "cpuacct.usage");
+      if (ns < 0)
+        ns = read_int(cg->path[SBX_CG_CPU], "cpuacct.usage");
+      if (ns >= 0)
+        m->cpu_usage_s = (double) ns / 1e9;
+    }
+  }
+  return 0;
 }

@@ -60,6 +60,9 @@ int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err);
 /* Current memory charge in bytes, or -1. */
 int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg);
+struct sbx_metrics;
+/* CPU count (quota or online CPUs), CPU time used, memory limit and use. */
+int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m);
 int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err);
 bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
 int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
