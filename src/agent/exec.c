@@ -62,12 +62,6 @@ static int epoll_fd = -1;
 void agent_exec_init(int ep)
 {
   epoll_fd = ep;
-  /* Keep sbx-init out of the memory cgroup OOM killer's way; commands reset it to 0. */
-  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void) !write(fd, "-999", 4);
-    close(fd);
-  }
 }
 
 /* Finds a slot: a free one, else the oldest finished command. Called with table_lock held. */
@@ -109,8 +103,9 @@ struct spawn_args {
   int in, out, err;
 };
 
-static _Noreturn void child_exec(const struct spawn_args *a)
+static int child_exec(void *arg)
 {
+  const struct spawn_args *a = arg;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -118,11 +113,6 @@ static _Noreturn void child_exec(const struct spawn_args *a)
   setsid();
   if (dup2(a->in, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->err, 2) < 0)
     _exit(126);
-  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void) !write(fd, "0", 1);
-    close(fd);
-  }
   if (chdir(a->cwd) < 0) {
     child_write("sbx-init: cannot enter the working directory ");
     child_write(a->cwd);
@@ -137,17 +127,27 @@ static _Noreturn void child_exec(const struct spawn_args *a)
   _exit(errno == ENOENT ? 127 : 126);
 }
 
+#define SPAWN_STACK (64u << 10)
+
+/* posix_spawn's technique: the child shares our memory (no page tables to copy) on its own
+ * stack, and this thread is suspended until it has exec'd or exited. Exit signal 0 makes it a
+ * "clone child", invisible to PID 1's waitpid(-1). */
 static pid_t spawn(const struct spawn_args *a, int *pidfd)
 {
-  int pfd = -1;
-  /* exit signal 0: a "clone child", invisible to PID 1's waitpid(-1) */
-  long pid = syscall(SYS_clone, (unsigned long) CLONE_PIDFD, NULL, &pfd, NULL, 0UL);
-  if (pid == 0)
-    child_exec(a);
-  if (pid < 0)
+  char *stack = malloc(SPAWN_STACK);
+  if (stack == NULL)
     return -1;
+  int pfd = -1;
+  pid_t pid = clone(child_exec, stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD,
+                    (void *) a, &pfd);
+  int saved = errno;
+  free(stack);
+  if (pid < 0) {
+    errno = saved;
+    return -1;
+  }
   *pidfd = pfd;
-  return (pid_t) pid;
+  return pid;
 }
 
 /* ---- request parsing ---- */

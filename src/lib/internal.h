@@ -54,6 +54,9 @@ int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonbl
  * holds one. */
 int sbx_lease_take(const char *home, const char *id, sbx_error_t *err);
 bool sbx_lease_held(const char *home, const char *id);
+/* Records "used now": the lease file's mtime is the sandbox's last-used time. fd: an open
+ * lease fd, or -1 to go by path. */
+void sbx_lease_touch(const char *home, const char *id, int fd);
 /* pids holding a lease on the sandbox (from /proc/locks). */
 int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n);
 /* Creates the host thread folder for (user, thread) safely (no symlink is ever followed) and

@@ -379,8 +379,8 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     handle_free(sb);
     return NULL;
   }
+  sbx_lease_touch(p->home, id, sb->lease_fd);
   sb->in.meta.last_used = sbx_realtime_sec();
-  sbx_meta_write(p->home, &sb->in.meta, NULL);
   return sb;
 }
 
@@ -467,12 +467,7 @@ static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, sbx_error_t 
       r = instance_destroy(&sb->in, err);
   } else {
     /* last-used first, then the lease: whoever sees it warm also sees the new time */
-    struct sbx_meta m;
-    if (sbx_meta_read(p->home, sb->in.meta.id, &m, NULL) == 0) {
-      m.last_used = sbx_realtime_sec();
-      sbx_meta_write(p->home, &m, NULL);
-      sbx_meta_free(&m);
-    }
+    sbx_lease_touch(p->home, sb->in.meta.id, sb->lease_fd);
     close(sb->lease_fd);
     sb->lease_fd = -1;
   }
@@ -506,8 +501,7 @@ int sbx_park(sbx_provider_t *p, const char *id, sbx_error_t *err)
   struct sbx_meta m;
   int r = sbx_meta_read(p->home, id, &m, err);
   if (r == 0) {
-    m.last_used = sbx_realtime_sec();
-    r = sbx_meta_write(p->home, &m, err);
+    sbx_lease_touch(p->home, id, -1);
     sbx_meta_free(&m);
   }
   close(lock);

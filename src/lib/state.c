@@ -62,6 +62,11 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   m->remote_id = dup_json_str(o, "remote_id");
   m->created = json_number_value(json_object_get(o, "created"));
   m->last_used = json_number_value(json_object_get(o, "last_used"));
+  /* the lease file's mtime is the live last-used time (touched on acquire and release) */
+  cleanup_free char *lease = xasprintf("%s/sandboxes/%s/lease", home, id);
+  struct stat st;
+  if (stat(lease, &st) == 0)
+    m->last_used = (double) st.st_mtim.tv_sec + (double) st.st_mtim.tv_nsec / 1e9;
   m->pid = (long) json_integer_value(json_object_get(o, "pid"));
   m->pid_start = (unsigned long long) json_integer_value(json_object_get(o, "pid_start"));
   m->paused = json_is_true(json_object_get(o, "paused"));
@@ -189,6 +194,14 @@ int sbx_lease_take(const char *home, const char *id, sbx_error_t *err)
     return sbx_make_error(err, saved, SBX_E_IO, "take lease `%s`", path);
   }
   return fd;
+}
+
+void sbx_lease_touch(const char *home, const char *id, int fd)
+{
+  if (fd >= 0 && futimens(fd, NULL) == 0)
+    return;
+  cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
+  utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
 }
 
 bool sbx_lease_held(const char *home, const char *id)
