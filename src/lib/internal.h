@@ -75,7 +75,8 @@ struct sbx_backend_ops {
   const char *name;
   unsigned data_owner; /* host uid given the thread's user-data folders */
   /* Makes the sandbox described by in->meta (id, user, thread already set) and fills in the
-   * backend's fields of in->meta. user_data is the host folder for /mnt/user-data. */
+   * backend's fields of in->meta. user_data is the host folder for /mnt/user-data, or "" for a
+   * throw-away sandbox whose files need not reach the host. */
   int (*create)(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
   /* Removes everything of the sandbox (processes, cgroups, remote). Must work on a half-made
    * or dead sandbox. */

@@ -293,8 +293,10 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     goto fail;
   if (thread) {
     user_data = sbx_thread_dir_ensure(p->home, user, thread, p->ops->data_owner, err);
+  } else if (o == NULL) {
+    user_data = xstrdup(""); /* throw-away: the backend keeps its files inside the sandbox */
   } else {
-    /* a throw-away sandbox's files live and die with it */
+    /* a managed sandbox's files live and die with it */
     user_data = xasprintf("%s/user-data", in->dir);
     const char *subs[] = {"", "/workspace", "/uploads", "/outputs"};
     for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {

@@ -93,6 +93,9 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDWR, 0);
   posix_spawn_file_actions_adddup2(&fa, 0, 1);
   posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  /* Nor any other descriptor of the caller (one not marked close-on-exec): PID 1 would hold it
+   * for the sandbox's whole life, and one naming a host directory is a way out of it. */
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
   char name[] = "sbx-init", verb[] = "launch", fdarg[] = "3";
   char *argv[] = {name, verb, fdarg, NULL};
   pid_t launcher;

@@ -6,7 +6,8 @@
 
 #include <linux/capability.h>
 #include <sched.h>
-#include <seccomp.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -42,97 +43,15 @@ static int drop_caps(sbx_error_t *err)
   return 0;
 }
 
-/* Syscalls no agent needs and that widen the kernel surface or reach outside the sandbox. */
-static const char *const denied[] = {
-    "acct",
-    "add_key",
-    "bpf",
-    "clock_adjtime",
-    "clock_settime",
-    "create_module",
-    "delete_module",
-    "finit_module",
-    "get_kernel_syms",
-    "init_module",
-    "ioperm",
-    "iopl",
-    "kcmp",
-    "kexec_file_load",
-    "kexec_load",
-    "keyctl",
-    "lookup_dcookie",
-    "mount",
-    "mount_setattr",
-    "move_mount",
-    "open_tree",
-    "fsopen",
-    "fsconfig",
-    "fsmount",
-    "fspick",
-    "name_to_handle_at",
-    "open_by_handle_at",
-    "nfsservctl",
-    "perf_event_open",
-    "pivot_root",
-    "process_vm_readv",
-    "process_vm_writev",
-    "query_module",
-    "quotactl",
-    "quotactl_fd",
-    "reboot",
-    "request_key",
-    "setns",
-    "settimeofday",
-    "stime",
-    "swapoff",
-    "swapon",
-    "sysfs",
-    "_sysctl",
-    "umount",
-    "umount2",
-    "unshare",
-    "uselib",
-    "userfaultfd",
-    "ustat",
-    "vm86",
-    "vm86old",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "syslog",
-    "fanotify_init",
-    "lookup_dcookie",
-    "vhangup",
-    "pidfd_getfd",
-};
+/* The filter is compiled at build time from gen-seccomp.c's deny list. */
+#include "seccomp_bpf.h"
 
 static int install_seccomp(sbx_error_t *err)
 {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == NULL)
-    return sbx_make_error(err, ENOMEM, SBX_E_INTERNAL, "seccomp_init");
-  int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-  for (size_t i = 0; r == 0 && i < ARRAY_SIZE(denied); i++) {
-    int nr = seccomp_syscall_resolve_name(denied[i]);
-    if (nr == __NR_SCMP_ERROR)
-      continue; /* not on this architecture */
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
-  }
-  /* clone3 passes its flags in memory where seccomp cannot see them: make libc fall back to
-   * clone, whose flags can be checked. New namespaces are refused. */
-  if (r == 0)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-  /* one rule per flag: rules on one syscall are OR'ed, so any namespace bit is refused */
-  static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
-                                      CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, CLONE_NEWTIME};
-  for (size_t i = 0; r == 0 && i < ARRAY_SIZE(ns_flags); i++)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                         SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
-  if (r == 0)
-    r = seccomp_load(ctx);
-  seccomp_release(ctx);
-  if (r < 0)
-    return sbx_make_error(err, -r, SBX_E_INTERNAL, "install the seccomp filter");
+  struct sock_fprog prog = {.len = (unsigned short) ARRAY_SIZE(sbx_seccomp_filter),
+                            .filter = (struct sock_filter *) sbx_seccomp_filter};
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "install the seccomp filter");
   return 0;
 }
 

@@ -50,17 +50,10 @@ static void child_fail(int fd, sbx_error_t *err)
   _exit(1);
 }
 
-static void child_main(const struct sbx_launch_spec *s, const struct sbx_cgroup *cg, int sync_w,
-                       int sync_r, int listen_fd, int lease_fd)
+static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, int listen_fd,
+                       int lease_fd)
 {
   sbx_error_t err = NULL;
-  /* Join the cgroup, then root a cgroup namespace there: the sandbox sees its cgroup as "/". */
-  if (sbx_cgroup_enter(cg, 0, &err) < 0)
-    child_fail(sync_w, &err);
-  if (unshare(CLONE_NEWCGROUP) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
-    child_fail(sync_w, &err);
-  }
   cleanup_free char *hostname = xasprintf("sbx-%s", s->id);
   if (sethostname(hostname, strlen(hostname)) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
@@ -77,11 +70,20 @@ static void child_main(const struct sbx_launch_spec *s, const struct sbx_cgroup 
     if (fd >= 0)
       (void) !write(fd, "0", 1);
   }
+  /* The launcher has been making our cgroup meanwhile and put us in it ('C'): root a cgroup
+   * namespace there (the sandbox sees its cgroup as "/"), then take the user namespace. */
+  char c;
+  if (read(sync_r, &c, 1) != 1 || c != 'C')
+    _exit(1);
+  if (unshare(CLONE_NEWCGROUP) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
+    child_fail(sync_w, &err);
+  }
   if (unshare(CLONE_NEWUSER) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the user namespace");
     child_fail(sync_w, &err);
   }
-  char c = 'M';
+  c = 'M';
   if (write(sync_w, &c, 1) != 1 || read(sync_r, &c, 1) != 1 || c != 'M')
     _exit(1);
   if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
@@ -119,23 +121,19 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "open state dir `%s`", s->state_dir);
   if (mkdirat(dirfd, "root", 0700) < 0 && errno != EEXIST)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s/root`", s->state_dir);
-  if (sbx_cgroup_create(s->id, s->memory_bytes, s->cpu_millis, s->pids, cg, err) < 0)
-    return -1;
   cleanup_close int listen_fd = bind_ctl_socket(dirfd, err);
   if (listen_fd < 0)
-    goto fail_cg;
+    return -1;
   cleanup_close int lease_fd = openat(dirfd, "lease", O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (lease_fd < 0) {
-    sbx_make_error(err, errno, SBX_E_INTERNAL, "open the lease file");
-    goto fail_cg;
-  }
+  if (lease_fd < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open the lease file");
   int to_parent[2], to_child[2];
   if (pipe2(to_parent, O_CLOEXEC) < 0)
-    goto fail_pipe;
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
   if (pipe2(to_child, O_CLOEXEC) < 0) {
     close(to_parent[0]);
     close(to_parent[1]);
-    goto fail_pipe;
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
   }
   unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
                         (s->net_host ? 0 : CLONE_NEWNET) | SIGCHLD;
@@ -144,25 +142,30 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
     close(to_parent[0]);
     close(to_child[1]);
     close(dirfd);
-    child_main(s, cg, to_parent[1], to_child[0], listen_fd, lease_fd);
+    child_main(s, to_parent[1], to_child[0], listen_fd, lease_fd);
   }
   int saved = errno;
   close(to_parent[1]);
   close(to_child[0]);
   cleanup_close int rd = to_parent[0];
   cleanup_close int wr = to_child[1];
-  if (pid < 0) {
-    sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
-    goto fail_cg;
-  }
+  if (pid < 0)
+    return sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
+  /* The cgroup is made while the child builds its root filesystem (two CPUs, two jobs); the
+   * child only starts processes after it has been moved in. */
+  if (sbx_cgroup_create(s->id, s->memory_bytes, s->cpu_millis, s->pids, cg, err) < 0)
+    goto fail_child;
+  if (sbx_cgroup_enter(cg, pid, err) < 0)
+    goto fail_child_cg;
+  (void) !write(wr, "C", 1); /* if the child died, its message is read below */
   char buf[1024];
   ssize_t n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
   if (n == 1 && buf[0] == 'M') {
     if (write_map(pid, "uid_map", err) < 0 || write_map(pid, "gid_map", err) < 0)
-      goto fail_child;
+      goto fail_child_cg;
     if (write(wr, "M", 1) != 1) {
       sbx_make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
-      goto fail_child;
+      goto fail_child_cg;
     }
     n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
   }
@@ -176,19 +179,20 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
   } else {
     sbx_make_error(err, 0, SBX_E_INTERNAL, "the sandbox died during setup");
   }
+fail_child_cg:
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  sbx_cgroup_destroy(cg, 1000, NULL);
+  return -1;
 fail_child:
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  goto fail_cg;
-fail_pipe:
-  sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
-fail_cg:
-  sbx_cgroup_destroy(cg, 1000, NULL);
   return -1;
 }
 
 int sbx_launch_main(int fd)
 {
+  signal(SIGPIPE, SIG_IGN);
   sbx_frame_hdr_t hdr;
   cleanup_free char *payload = NULL;
   if (sbx_frame_recv(fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0 || hdr.type != SBX_MSG_LAUNCH)

@@ -190,31 +190,21 @@ static int dev_setup(int rootfd, const char *root, sbx_error_t *err)
   return 0;
 }
 
-/* Host-revealing or writable-by-design parts of /proc that a sandbox has no use for. */
+/* A fresh procfs for the sandbox's pid namespace. Its files are owned by the host's root, which
+ * is nobody inside, and the sandbox's root holds no capability in the host's user namespace:
+ * nothing there is writable from inside. What stays masked are the files that are readable by
+ * anyone and reveal the host (every host task in timer_list and sched_debug, key descriptions,
+ * kernel addresses). */
 static int proc_setup(const char *root, sbx_error_t *err)
 {
   cleanup_free char *proc = xasprintf("%s/proc", root);
   if (mnt("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
     return -1;
-  static const char *const masked[] = {"kcore",       "keys",          "timer_list",
-                                       "sched_debug", "latency_stats", "timer_stats",
-                                       "kallsyms",    "sysrq-trigger", "config.gz"};
-  static const char *const empty_dirs[] = {"acpi", "scsi", "asound"};
-  static const char *const readonly[] = {"sys", "bus", "fs", "irq"};
+  static const char *const masked[] = {"kcore",       "keys",          "key-users",   "timer_list",
+                                       "sched_debug", "latency_stats", "timer_stats", "kallsyms"};
   for (size_t i = 0; i < ARRAY_SIZE(masked); i++) {
     cleanup_free char *p = xasprintf("%s/%s", proc, masked[i]);
     if (access(p, F_OK) == 0 && mnt("/dev/null", p, NULL, MS_BIND, NULL, err) < 0)
-      return -1;
-  }
-  for (size_t i = 0; i < ARRAY_SIZE(empty_dirs); i++) {
-    cleanup_free char *p = xasprintf("%s/%s", proc, empty_dirs[i]);
-    if (access(p, F_OK) == 0 &&
-        mnt("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0", err) < 0)
-      return -1;
-  }
-  for (size_t i = 0; i < ARRAY_SIZE(readonly); i++) {
-    cleanup_free char *p = xasprintf("%s/%s", proc, readonly[i]);
-    if (access(p, F_OK) == 0 && bind_mount(p, p, true, err) < 0)
       return -1;
   }
   return 0;
@@ -348,8 +338,22 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
   if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=16m", err) < 0)
     return -1;
   cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
-  if (mnt(s->user_data, ud, NULL, MS_BIND, NULL, err) < 0)
-    return -1;
+  if (s->user_data[0] != '\0') {
+    if (mnt(s->user_data, ud, NULL, MS_BIND, NULL, err) < 0)
+      return -1;
+  } else {
+    /* a throw-away sandbox: its files live and die with it, in its own tmpfs */
+    snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
+             (unsigned long long) s->tmp_bytes, SBX_UID_BASE, SBX_UID_BASE);
+    if (mnt("user-data", ud, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
+      return -1;
+    static const char *const subs[] = {"workspace", "uploads", "outputs"};
+    for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+      cleanup_free char *d = xasprintf("%s/%s", ud, subs[i]);
+      if (mkdir(d, 0755) < 0 || chown(d, SBX_UID_BASE, SBX_UID_BASE) < 0)
+        return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
+    }
+  }
   if (user_mounts(rootfd, s, err) < 0)
     return -1;
 
