@@ -33,6 +33,7 @@ struct sbx_meta {
   unsigned long long pid_start; /* /proc/<pid>/stat field 22, against pid reuse */
   char *cgroups;                /* linux: "controller=path" lines */
   char *remote_id;              /* opensandbox: the remote sandbox's id */
+  char *backend_json;           /* a backend's own data (opensandbox: endpoint, headers) */
   bool paused;
   bool managed;          /* made by sbx_create: outside the replica cap and idle reaping */
   sbx_strv_t env;        /* "KEY=VALUE" for every command (sbx_create) */
@@ -87,6 +88,10 @@ struct sbx_backend_ops {
   /* The reclaim health check (DeerFlow's: run `true`, timeout_s budget). */
   int (*health)(struct sbx_instance *in, int timeout_s, sbx_error_t *err);
   int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);
+  /* Called by release before the sandbox is parked, with locks/<id> held (so the next acquire
+   * of the scope waits for it): the opensandbox backend copies the outputs home here. user_data
+   * is the host thread folder (NULL for a throw-away or managed sandbox). Optional. */
+  void (*on_release)(struct sbx_instance *in, const char *user_data);
 
   /* contract */
   int (*exec)(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *opts,
@@ -136,6 +141,9 @@ struct sbx_backend_ops {
 };
 
 extern const struct sbx_backend_ops sbx_backend_linux;
+extern const struct sbx_backend_ops sbx_backend_opensandbox;
+/* Where sbx-init is: $SBX_INIT, else next to the running executable, else the install dir. */
+char *sbx__init_path(void);
 const struct sbx_backend_ops *sbx_backend_find(const char *name);
 
 /* One sandbox as the library sees it. */

@@ -27,6 +27,8 @@ const struct sbx_backend_ops *sbx_backend_find(const char *name)
 {
   if (name == NULL || strcmp(name, "linux") == 0)
     return &sbx_backend_linux;
+  if (strcmp(name, "opensandbox") == 0)
+    return &sbx_backend_opensandbox;
   return NULL;
 }
 
@@ -455,13 +457,20 @@ sbx_sandbox_t *sbx_get(sbx_provider_t *p, const char *id)
   return sb && !sb->broken ? sb : NULL;
 }
 
-/* Parks (or, when broken or shut down, destroys) one held sandbox. */
-static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, sbx_error_t *err)
+/* Parks (or, when broken or shut down, destroys) one held sandbox. A release first lets the
+ * backend copy the outputs home, under the sandbox's lock: the scope's next acquire waits. */
+static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, bool release, sbx_error_t *err)
 {
   int r = 0;
   int lock = sbx_lock_take(p->home, sb->in.meta.id, true, false, err);
   if (lock < 0)
     return -1;
+  if (release && !sb->broken && !p->shut_down && sb->in.ops->on_release && sb->in.meta.thread) {
+    cleanup_free char *user_data = sbx_thread_dir_ensure(
+        p->home, sb->in.meta.user, sb->in.meta.thread, sb->in.ops->data_owner, NULL);
+    if (user_data)
+      sb->in.ops->on_release(&sb->in, user_data);
+  }
   if (sb->broken || p->shut_down) {
     close(sb->lease_fd);
     sb->lease_fd = -1;
@@ -486,7 +495,7 @@ int sbx_release(sbx_provider_t *p, const char *id, sbx_error_t *err)
   pthread_mutex_unlock(&p->lock);
   if (sb == NULL)
     return 0; /* unknown id: nothing to do */
-  int r = park(p, sb, err);
+  int r = park(p, sb, true, err);
   handle_free(sb);
   return r;
 }
@@ -717,7 +726,7 @@ int sbx_reset(sbx_provider_t *p, sbx_error_t *err)
     if (sb == NULL)
       break;
     sbx_error_t e = NULL;
-    if (park(p, sb, &e) < 0) {
+    if (park(p, sb, false, &e) < 0) {
       if (err && *err == NULL)
         *err = e;
       else

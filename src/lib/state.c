@@ -20,6 +20,7 @@ void sbx_meta_free(struct sbx_meta *m)
   free(m->image);
   free(m->cgroups);
   free(m->remote_id);
+  free(m->backend_json);
   free(m->extra);
   sbx_strv_free(&m->env);
   memset(m, 0, sizeof *m);
@@ -60,6 +61,9 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   m->image = dup_json_str(o, "image");
   m->cgroups = dup_json_str(o, "cgroups");
   m->remote_id = dup_json_str(o, "remote_id");
+  json_t *bd = json_object_get(o, "backend_data");
+  if (json_is_object(bd))
+    m->backend_json = json_dumps(bd, JSON_COMPACT | JSON_SORT_KEYS);
   m->created = json_number_value(json_object_get(o, "created"));
   m->last_used = json_number_value(json_object_get(o, "last_used"));
   /* the lease file's mtime is the live last-used time (touched on acquire and release) */
@@ -108,6 +112,13 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
     json_object_set_new(o, "cgroups", json_string(m->cgroups));
   if (m->remote_id)
     json_object_set_new(o, "remote_id", json_string(m->remote_id));
+  if (m->backend_json) {
+    json_t *bd = json_loads(m->backend_json, 0, NULL);
+    if (json_is_object(bd))
+      json_object_set_new(o, "backend_data", bd);
+    else
+      json_decref(bd);
+  }
   json_object_set_new(o, "paused", json_boolean(m->paused));
   if (m->managed)
     json_object_set_new(o, "managed", json_true());

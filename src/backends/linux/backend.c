@@ -23,7 +23,7 @@
 extern char **environ;
 
 /* $SBX_INIT, else next to the running executable, else the install location. */
-static char *find_init(void)
+char *sbx__init_path(void)
 {
   const char *env = getenv("SBX_INIT");
   if (env && *env)
@@ -84,7 +84,7 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "socketpair");
   }
   cleanup_close int ours = sv[0];
-  cleanup_free char *init = find_init();
+  cleanup_free char *init = sbx__init_path();
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, sv[1], 3); /* dup2 clears close-on-exec */
