@@ -257,3 +257,52 @@ def test_home_config_yaml_is_used(make_sbx, tmp_path):
     (home / "config.yaml").write_text("sandbox:\n  environment:\n    FROM_HOME: yes-it-is\n")
     s = make_sbx(home=home)
     assert s.sh("t", "echo $FROM_HOME")["stdout"] == "yes-it-is\n"
+
+
+def test_configured_mounts(make_sbx, tmp_path):
+    ro = tmp_path / "skills"
+    ro.mkdir()
+    (ro / "SKILL.md").write_text("read me\n")
+    rw = tmp_path / "shared"
+    rw.mkdir()
+    os.chmod(rw, 0o777)
+    c = cfg(tmp_path, "sandbox:\n  mounts:\n"
+                      "    - host_path: %s\n      container_path: /mnt/skills/public\n      read_only: true\n"
+                      "    - host_path: %s\n      container_path: /data\n" % (ro, rw))
+    s = make_sbx(config=c)
+    r = s.sh("t", "cat /mnt/skills/public/SKILL.md; touch /mnt/skills/public/x 2>&1; "
+                  "echo hi > /data/out.txt && echo wrote")
+    assert "read me" in r["stdout"]
+    assert "Read-only file system" in r["stdout"]
+    assert "wrote" in r["stdout"]
+    assert (rw / "out.txt").read_text() == "hi\n"
+    assert not (ro / "x").exists()
+    bad = cfg(tmp_path, "sandbox:\n  mounts:\n    - host_path: %s\n      container_path: "
+                        "/mnt/user-data/x\n" % ro, "bad.yaml")
+    p = make_sbx(config=bad).run("config", "check")
+    assert p.returncode == 1 and b"/mnt/user-data" in p.stderr
+
+
+def test_network_none_and_host(make_sbx, tmp_path):
+    import socket
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    probe = ("python3 -c \"import socket; s=socket.socket(); s.settimeout(2); "
+             "s.connect(('127.0.0.1', %d)); print('reached')\" 2>&1 | tail -1" % port)
+    try:
+        isolated = make_sbx()
+        assert "reached" not in isolated.sh("t", probe)["stdout"]
+        shared = make_sbx(config=cfg(tmp_path, "sandbox:\n  network: host\n"))
+        assert shared.sh("t", probe)["stdout"] == "reached\n"
+    finally:
+        srv.close()
+
+
+def test_tmp_is_size_capped(make_sbx, tmp_path):
+    s = make_sbx(config=cfg(tmp_path, "sandbox:\n  tmp_size_mib: 8\n"))
+    r = s.sh("t", "head -c 20000000 /dev/zero > /tmp/fill; echo rc=$?; df -k /tmp | tail -1")
+    assert "rc=1" in r["stdout"] and "No space left" in r["stderr"]
+    assert s.sh("t", "echo still fine")["stdout"] == "still fine\n"

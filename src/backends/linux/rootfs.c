@@ -262,10 +262,19 @@ static int user_mounts(int rootfd, const struct sbx_launch_spec *s, sbx_error_t 
     cleanup_close int fd = mountpoint_in_root(rootfd, m->container, S_ISDIR(st.st_mode), err);
     if (fd < 0)
       return -1;
-    char target[64];
-    snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
-    if (bind_mount(m->host, target, m->read_only, err) < 0)
-      return sbx_error_wrap(err, "mount `%s` at `%s`", m->host, m->container);
+    /* A detached copy of the host tree, made read-only before it is attached, then attached at
+     * the mount point by its fd: nothing is resolved by path inside the new root. */
+    cleanup_close int tree = (int) syscall(SYS_open_tree, AT_FDCWD, m->host,
+                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s`", m->host);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
+    if (m->read_only &&
+        syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` read-only", m->host);
+    if (syscall(SYS_move_mount, tree, "", fd, "",
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s` at `%s`", m->host, m->container);
   }
   return 0;
 }
