@@ -74,6 +74,9 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
 int osb_download(const struct osb_remote *r, const char *path, uint64_t max,
                  int (*sink)(void *, const char *, size_t), void *arg, int (*progress)(void *),
                  double timeout_s, sbx_error_t *err);
+/* How deep a listing goes (execd servers cap the depth; 64 is what every one accepts). */
+#define OSB_LIST_DEPTH 64
+
 /* GET /directories/list: the FileInfo array (body capped at max_body bytes: SBX_E_TOO_LARGE). */
 int osb_list(const struct osb_remote *r, const char *path, int depth, size_t max_body,
              json_t **infos, sbx_error_t *err);

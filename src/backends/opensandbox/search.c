@@ -76,10 +76,14 @@ static int kind_of(const char *name)
   return SBX_E_IO;
 }
 
-/* Runs the remote helper; 1 = answered (ok or an error in *err), 0 = unavailable. */
+/* Runs the remote helper; 1 = answered (ok or an error in *err), 0 = unavailable.
+ * SBX_OPENSANDBOX_REMOTE_SEARCH=0 turns the fast path off (the fallback is then always used). */
 static int run_helper(struct osb_remote *r, const char *args, struct helper_out *h,
                       sbx_error_t *err)
 {
+  const char *knob = getenv("SBX_OPENSANDBOX_REMOTE_SEARCH");
+  if (knob && strcmp(knob, "0") == 0)
+    return 0;
   for (int attempt = 0; attempt < 2; attempt++) {
     cleanup_free char *cmd = xasprintf("%s search %s", REMOTE_HELPER, args);
     struct osb_cmd c = {.command = cmd, .timeout_ms = HELPER_TIMEOUT_MS, .cap = 256u << 20};
@@ -191,7 +195,7 @@ static int skeleton_build(struct osb_remote *r, const char *root, struct skeleto
 {
   memset(s, 0, sizeof *s);
   json_t *infos;
-  if (osb_list(r, root, SBX_SEARCH_MAX_DEPTH, 256u << 20, &infos, err) < 0)
+  if (osb_list(r, root, OSB_LIST_DEPTH, 256u << 20, &infos, err) < 0)
     return -1;
   snprintf(s->dir, sizeof s->dir, "/tmp/sbx-skeleton-XXXXXX");
   if (mkdtemp(s->dir) == NULL) {

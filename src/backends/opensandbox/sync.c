@@ -313,7 +313,7 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
   uint64_t deadline = sbx_now_ms() + (uint64_t) (lim->deadline_s * 1000);
   json_t *infos = NULL;
   sbx_error_t lerr = NULL;
-  if (osb_list(r, OUTPUTS, 256, lim->max_listing, &infos, &lerr) < 0) {
+  if (osb_list(r, OUTPUTS, OSB_LIST_DEPTH, lim->max_listing, &infos, &lerr) < 0) {
     if (lerr->kind == SBX_E_NOT_FOUND) {
       sbx_error_release(&lerr);
       return 0; /* nothing to copy */
