@@ -61,6 +61,20 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
   }
   if (sbx_rootfs_setup(s, &err) < 0)
     child_fail(sync_w, &err);
+  /* The launcher has been making our cgroup meanwhile; it sends 'C' and the cgroup's paths. We
+   * join it ourselves while the host's cgroup tree is still in view (cheaper than being moved,
+   * see sbx_cgroup_join_self), then leave the host's tree for the new root. */
+  char msg[4096];
+  ssize_t got = TEMP_FAILURE_RETRY(read(sync_r, msg, sizeof msg - 1));
+  if (got < 1 || msg[0] != 'C')
+    _exit(1);
+  msg[got] = '\0';
+  struct sbx_cgroup cg;
+  sbx_cgroup_parse(msg + 1, &cg);
+  int joined = sbx_cgroup_join_self(&cg, &err);
+  sbx_cgroup_free(&cg);
+  if (joined < 0 || sbx_rootfs_enter(s, &err) < 0)
+    child_fail(sync_w, &err);
   if (!s->net_host) {
     if (sbx_net_setup_loopback(&err) < 0)
       child_fail(sync_w, &err);
@@ -70,11 +84,9 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
     if (fd >= 0)
       (void) !write(fd, "0", 1);
   }
-  /* The launcher has been making our cgroup meanwhile and put us in it ('C'): root a cgroup
-   * namespace there (the sandbox sees its cgroup as "/"), then take the user namespace. */
+  /* a cgroup namespace rooted at our cgroup (the sandbox sees it as "/"), then, last, the user
+   * namespace */
   char c;
-  if (read(sync_r, &c, 1) != 1 || c != 'C')
-    _exit(1);
   if (unshare(CLONE_NEWCGROUP) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
     child_fail(sync_w, &err);
@@ -155,9 +167,16 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
    * child only starts processes after it has been moved in. */
   if (sbx_cgroup_create(s->id, s->memory_bytes, s->cpu_millis, s->pids, cg, err) < 0)
     goto fail_child;
-  if (sbx_cgroup_enter(cg, pid, err) < 0)
-    goto fail_child_cg;
-  (void) !write(wr, "C", 1); /* if the child died, its message is read below */
+  {
+    /* one write: the pipe delivers it whole (under PIPE_BUF) */
+    cleanup_free char *paths = sbx_cgroup_format(cg);
+    cleanup_free char *msg = xasprintf("C%s", paths);
+    if (strlen(msg) >= 4096) {
+      sbx_make_error(err, ENAMETOOLONG, SBX_E_INTERNAL, "cgroup paths too long");
+      goto fail_child_cg;
+    }
+    (void) !write(wr, msg, strlen(msg)); /* if the child died, its message is read below */
+  }
   char buf[1024];
   ssize_t n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
   if (n == 1 && buf[0] == 'M') {

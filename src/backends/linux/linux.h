@@ -56,6 +56,8 @@ struct sbx_cgroup {
 int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
                       struct sbx_cgroup *cg, sbx_error_t *err);
 int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
+/* Moves the calling (single-threaded) process into cg, cheaply on v1 (see cgroup.c). */
+int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
 /* Removes the directories, waiting up to timeout_ms for the last tasks to leave. */
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err);
 /* Current memory charge in bytes, or -1. */
@@ -72,8 +74,11 @@ char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);
 
-/* ---- rootfs.c (runs in the child, in its new user and mount namespaces) ---- */
+/* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
+/* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
 int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
+/* pivot_root into it, detach the host's tree, make / read-only. */
+int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err);
 int sbx_net_setup_loopback(sbx_error_t *err);
 
 /* ---- confine.c ---- */

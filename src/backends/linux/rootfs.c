@@ -340,11 +340,14 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
   if (mnt("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
     return -1;
   cleanup_free char *home = xasprintf("%s/root", root);
-  snprintf(opts, sizeof opts, "mode=0700,size=%llu", (unsigned long long) s->home_bytes);
+  /* owned by the sandbox's root (a host-root-owned 0700 /root is unwritable inside: HOME) */
+  snprintf(opts, sizeof opts, "mode=0700,size=%llu,uid=%u,gid=%u",
+           (unsigned long long) s->home_bytes, SBX_UID_BASE, SBX_UID_BASE);
   if (mnt("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
     return -1;
   cleanup_free char *run = xasprintf("%s/run", root);
-  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=16m", err) < 0)
+  snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", SBX_UID_BASE, SBX_UID_BASE);
+  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts, err) < 0)
     return -1;
   cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
   if (s->user_data[0] != '\0') {
@@ -363,9 +366,12 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
         return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
     }
   }
-  if (user_mounts(rootfd, s, err) < 0)
-    return -1;
+  return user_mounts(rootfd, s, err);
+}
 
+int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  cleanup_free char *root = xasprintf("%s/root", s->state_dir);
   /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the
    * new tree (no writable put_old directory is needed in a read-only root). */
   if (chdir(root) < 0)
