@@ -85,6 +85,8 @@ struct sbx_backend_ops {
   /* false if the sandbox is certainly gone (its init died). */
   bool (*alive)(struct sbx_instance *in);
   int64_t (*memory)(struct sbx_instance *in);
+  /* A reaper pass's chance to remove what the backend itself may have left behind. Optional. */
+  void (*sweep)(void);
   /* The reclaim health check (DeerFlow's: run `true`, timeout_s budget). */
   int (*health)(struct sbx_instance *in, int timeout_s, sbx_error_t *err);
   int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);

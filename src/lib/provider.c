@@ -807,6 +807,8 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
     close(lock);
   }
   sbx_strv_free(&ids);
+  if (p->ops->sweep)
+    p->ops->sweep();
   return removed;
 }
 

@@ -144,26 +144,28 @@ static bool linux_alive(struct sbx_instance *in)
 
 static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
 {
+  struct sbx_cgroup cg = {0};
+  if (in->meta.cgroups)
+    sbx_cgroup_parse(in->meta.cgroups, &cg);
   if (linux_alive(in)) {
     int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
     /* pid reuse between the check and pidfd_open: verify again through the pidfd's pid */
     if (pidfd >= 0 && sbx_proc_start_time(in->meta.pid) == in->meta.pid_start) {
       syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+      /* a frozen task dies only once thawed (paused, or frozen by hand) */
+      if (in->meta.cgroups)
+        sbx_cgroup_freeze(&cg, false, NULL);
       struct pollfd pfd = {pidfd, POLLIN, 0};
       poll(&pfd, 1, 5000);
     }
     if (pidfd >= 0)
       close(pidfd);
   }
-  if (in->meta.cgroups) {
-    struct sbx_cgroup cg;
-    sbx_cgroup_parse(in->meta.cgroups, &cg);
-    int r = sbx_cgroup_destroy(&cg, 3000, err);
-    sbx_cgroup_free(&cg);
-    if (r < 0)
-      return -1;
-  }
-  return 0;
+  int r = 0;
+  if (in->meta.cgroups)
+    r = sbx_cgroup_destroy(&cg, 3000, err);
+  sbx_cgroup_free(&cg);
+  return r < 0 ? -1 : 0;
 }
 
 static int linux_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err)
@@ -182,6 +184,11 @@ static int linux_metrics(struct sbx_instance *in, struct sbx_metrics *m, sbx_err
   if (r < 0)
     return sbx_make_error(err, errno, SBX_E_IO, "read the cgroup of sandbox %s", in->meta.id);
   return 0;
+}
+
+static void linux_sweep(void)
+{
+  sbx_cgroup_sweep(60);
 }
 
 static int64_t linux_memory(struct sbx_instance *in)
@@ -214,6 +221,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .alive = linux_alive,
     .memory = linux_memory,
     .health = linux_health,
+    .sweep = linux_sweep,
     .pause = linux_pause,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
@@ -394,4 +395,41 @@ int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
     }
   }
   return 0;
+}
+
+/* Removes empty sandbox cgroups under our parent "sbx" directories that are older than
+ * min_age_s: a live sandbox always has its PID 1 in its cgroup, so an empty one is left over
+ * (a crash between mkdir and join, a host reboot of the state dir...). rmdir refuses a busy
+ * cgroup, so a race with a sandbox being made is harmless. */
+int sbx_cgroup_sweep(int min_age_s)
+{
+  int removed = 0;
+  time_t now = time(NULL);
+  for (int i = 0; i < SBX_CG_MAX; i++) {
+    cleanup_free char *parent = NULL;
+    if (unified_host()) {
+      if (i > 0)
+        break;
+      parent = xstrdup(CG_ROOT "/sbx");
+    } else {
+      cleanup_free char *mnt = v1_mount(v1_names[i]);
+      if (mnt == NULL)
+        continue;
+      cleanup_free char *own = own_v1_path(v1_names[i]);
+      parent = xasprintf("%s%s/sbx", mnt, strcmp(own, "/") == 0 ? "" : own);
+    }
+    cleanup_dir DIR *d = opendir(parent);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+      if (de->d_name[0] == '.' || strchr(de->d_name, '-') == NULL)
+        continue;
+      struct stat st;
+      if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+          now - st.st_ctime < min_age_s)
+        continue;
+      if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) == 0)
+        removed++;
+    }
+  }
+  return removed;
 }

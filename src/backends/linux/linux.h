@@ -69,6 +69,7 @@ int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err
 bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
 int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
                           sbx_error_t *err);
+int sbx_cgroup_sweep(int min_age_s);
 /* Serialised as "name=path" lines for the state dir. */
 char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
