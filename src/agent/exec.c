@@ -15,6 +15,7 @@
  * pidfd. The child code between clone and exec only makes async-signal-safe calls: sbx-init is
  * multithreaded. */
 #include "agent.h"
+#include "text.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -189,6 +190,10 @@ static int parse_exec(const char *p, size_t len, struct exec_req *r, sbx_error_t
       continue;
     if (memchr(f.data, '\0', f.len))
       return sbx_make_error(err, 0, SBX_E_INVALID, "argument or environment contains NUL");
+    const unsigned char *eq = f.tag == SBX_T_ENV ? memchr(f.data, '=', f.len) : NULL;
+    if (f.tag == SBX_T_ENV &&
+        (eq == NULL || !sbx_env_key_valid((const char *) f.data, (size_t) (eq - f.data))))
+      return sbx_make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE");
     sbx_strv_push_owned(f.tag == SBX_T_ARG ? &r->argv : &r->env,
                         xstrndup((const char *) f.data, f.len));
   }
@@ -332,6 +337,18 @@ static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background,
   return e;
 }
 
+static int close_pipes(int outp[2], int errp[2])
+{
+  for (int i = 0; i < 2; i++) {
+    if (outp[i] >= 0)
+      close(outp[i]);
+    if (errp[i] >= 0)
+      close(errp[i]);
+  }
+  return -1;
+}
+
+/* (No goto past the cleanup variables below: clang refuses to jump over them.) */
 static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *path, char **argv,
                           char **envp, sbx_error_t *err)
 {
@@ -340,7 +357,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || (!merge && pipe2(errp, O_CLOEXEC) < 0)) {
     sbx_make_error(err, errno, SBX_E_IO, "create pipes");
-    goto fail_pipes;
+    return close_pipes(outp, errp);
   }
   struct spawn_args a = {.path = path,
                          .argv = argv,
@@ -353,7 +370,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   pid_t pid = spawn(&a, &pidfd_raw);
   if (pid < 0) {
     sbx_make_error(err, errno, SBX_E_IO, "start the command");
-    goto fail_pipes;
+    return close_pipes(outp, errp);
   }
   cleanup_close int pidfd = pidfd_raw;
   close(outp[1]);
@@ -455,15 +472,6 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   int ret = sbx_frame_send_tlv(c->fd, SBX_MSG_EXIT, c->req, &w);
   sbx_tlv_free(&w);
   return ret;
-
-fail_pipes:
-  for (int i = 0; i < 2; i++) {
-    if (outp[i] >= 0)
-      close(outp[i]);
-    if (errp[i] >= 0)
-      close(errp[i]);
-  }
-  return -1;
 }
 
 static int run_background(struct agent_conn *c, struct exec_req *r, const char *path, char **argv,

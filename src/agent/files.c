@@ -24,9 +24,19 @@
 
 static int root_fd = -1;
 
+/* Search roots (search.c) are resolved like every other path: inside the sandbox's root, never
+ * through a magic link (/proc/self/fd/N would otherwise reach whatever sbx-init holds). */
+static int open_search_root(const char *path, int flags)
+{
+  struct open_how how = {.flags = (uint64_t) (flags | O_CLOEXEC),
+                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+  return (int) syscall(SYS_openat2, root_fd, path, &how, sizeof how);
+}
+
 void agent_files_init(void)
 {
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  sbx_search_open_root = open_search_root;
 }
 
 int agent_open(const char *path, int flags, int mode, sbx_error_t *err)
@@ -289,11 +299,46 @@ static int receive_data(struct agent_conn *c, int fd, uint64_t *written, sbx_err
   }
 }
 
+/* A new file in dirfd for an atomic replace of base. With O_TMPFILE it has no name until it is
+ * complete (commit_temp), so a write cut short (the client gone, sbx-init killed) leaves
+ * nothing behind in the user's folder; file systems without O_TMPFILE get a hidden name at
+ * once. *tmpname is NULL for an unnamed file, else the name to unlink on failure. */
+static int open_temp(int dirfd, const char *base, char **tmpname)
+{
+  *tmpname = NULL;
+  int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    return fd;
+  char suffix[17];
+  sbx_random_hex(suffix, 16);
+  *tmpname = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
+  return openat(dirfd, *tmpname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+/* Renames the complete temp file over base, naming an unnamed one first (it is only ever
+ * visible under its hidden name between these two calls). */
+static int commit_temp(int dirfd, int fd, char **tmpname, const char *base)
+{
+  if (*tmpname == NULL) {
+    char suffix[17], proc[64];
+    sbx_random_hex(suffix, 16);
+    char *name = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0) {
+      free(name);
+      return -1;
+    }
+    *tmpname = name;
+  }
+  return renameat(dirfd, *tmpname, dirfd, base);
+}
+
 int agent_write(struct agent_conn *c, const char *payload, size_t len)
 {
   sbx_error_t err = NULL;
   cleanup_free char *path = NULL, *dir = NULL, *base = NULL, *tmp = NULL;
   uint64_t flags = 0, mode = 0644, written = 0;
+  bool replace = false;
   cleanup_close int fd = -1;
   cleanup_close int dirfd = -1;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
@@ -326,12 +371,10 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
       if (S_ISREG(st.st_mode) && !sbx_tlv_has(payload, len, SBX_T_MODE))
         mode = st.st_mode & 07777;
     }
-    char suffix[17];
-    sbx_random_hex(suffix, 16);
-    tmp = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
-    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = open_temp(dirfd, base, &tmp);
     if (fd < 0)
       sbx_make_error(&err, errno, sbx_errno_kind(errno), "create %s", path);
+    replace = true;
   }
 drain:
   if (receive_data(c, fd, &written, &err, path ? path : "") < 0) {
@@ -342,8 +385,8 @@ drain:
   }
   if (err == NULL && fd >= 0 && fsync(fd) < 0)
     sbx_make_error(&err, errno, sbx_errno_kind(errno), "sync %s", path);
-  if (err == NULL && tmp) {
-    if (fchmod(fd, (mode_t) mode) < 0 || renameat(dirfd, tmp, dirfd, base) < 0)
+  if (err == NULL && replace) {
+    if (fchmod(fd, (mode_t) mode) < 0 || commit_temp(dirfd, fd, &tmp, base) < 0)
       sbx_make_error(&err, errno, sbx_errno_kind(errno), "replace %s", path);
   }
   if (err) {
@@ -822,11 +865,21 @@ int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
   return info_finish(&iw);
 }
 
-/* Expands {a,b} alternatives (nested allowed) into plain fnmatch patterns, at most 256. */
-static void expand_braces(const char *pat, sbx_strv_t *out)
+#define BRACE_MAX_PATTERNS 256
+#define BRACE_MAX_DEPTH 32 /* brace groups expanded; later ones are kept literally */
+#define BRACE_MAX_LEN 8192 /* longer patterns are not expanded */
+
+/* Expands {a,b} alternatives (nested allowed) into plain fnmatch patterns, at most 256. The
+ * recursion is bounded (it runs on a connection thread's small stack): past BRACE_MAX_DEPTH
+ * groups, or for a pattern over BRACE_MAX_LEN bytes, braces are kept literally. */
+static void expand_braces(const char *pat, sbx_strv_t *out, int depth)
 {
-  if (out->n >= 256)
+  if (out->n >= BRACE_MAX_PATTERNS)
     return;
+  if (depth >= BRACE_MAX_DEPTH || strlen(pat) > BRACE_MAX_LEN) {
+    sbx_strv_push(out, pat);
+    return;
+  }
   const char *open = NULL;
   for (const char *p = pat; *p; p++) {
     if (*p == '\\' && p[1]) {
@@ -871,9 +924,9 @@ static void expand_braces(const char *pat, sbx_strv_t *out)
     sbx_strv_push(out, pat);
     return;
   }
-  for (size_t i = 0; i < alts.n && out->n < 256; i++) {
+  for (size_t i = 0; i < alts.n && out->n < BRACE_MAX_PATTERNS; i++) {
     cleanup_free char *next = xasprintf("%.*s%s%s", (int) (open - pat), pat, alts.v[i], close + 1);
-    expand_braces(next, out);
+    expand_braces(next, out, depth + 1);
   }
   sbx_strv_free(&alts);
 }
@@ -926,7 +979,7 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
   for (char *p; (p = strstr(pat, "**")) != NULL;)
     memmove(p, p + 1, strlen(p + 1) + 1);
   sbx_strv_t pats = {0};
-  expand_braces(pat, &pats);
+  expand_braces(pat, &pats, 0);
   struct info_walk iw = {.c = c};
   find_walk(&iw, dfd, path, &pats, 0);
   sbx_strv_free(&pats);
@@ -976,15 +1029,13 @@ int agent_replace(struct agent_conn *c, const char *payload, size_t len)
   if (count > 0) {
     sbx_buf_append(&out, p, (size_t) (end - p));
     cleanup_close int dfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, &err);
-    char suffix[17];
-    sbx_random_hex(suffix, 16);
-    tmp = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
-    cleanup_close int tfd =
-        dfd < 0 ? -1 : openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (dfd >= 0 && (tfd < 0 || sbx_write_all(tfd, out.data, out.len) < 0 || fsync(tfd) < 0 ||
-                     fchmod(tfd, st.st_mode & 07777) < 0 || renameat(dfd, tmp, dfd, base) < 0)) {
+    cleanup_close int tfd = dfd < 0 ? -1 : open_temp(dfd, base, &tmp);
+    if (dfd >= 0 &&
+        (tfd < 0 || sbx_write_all(tfd, out.data, out.len) < 0 || fsync(tfd) < 0 ||
+         fchmod(tfd, st.st_mode & 07777) < 0 || commit_temp(dfd, tfd, &tmp, base) < 0)) {
       sbx_make_error(&err, errno, sbx_errno_kind(errno), "rewrite %s", path);
-      unlinkat(dfd, tmp, 0);
+      if (tmp)
+        unlinkat(dfd, tmp, 0);
     }
   }
   sbx_buf_free(&in);

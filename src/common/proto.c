@@ -186,8 +186,16 @@ int sbx_frame_send(int fd, uint16_t type, uint32_t req, const void *payload, siz
   struct iovec iov[2] = {{h, sizeof h}, {(void *) payload, len}};
   int iovcnt = len ? 2 : 1;
   size_t total = sizeof h + len, done = 0;
+  bool sock = true;
   while (done < total) {
-    ssize_t r = writev(fd, iov, iovcnt);
+    /* MSG_NOSIGNAL: a peer that died (sbx-init killed, a client gone) is an EPIPE error for the
+     * caller to report, never a SIGPIPE that kills it silently */
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t) iovcnt};
+    ssize_t r = sock ? sendmsg(fd, &m, MSG_NOSIGNAL) : writev(fd, iov, iovcnt);
+    if (r < 0 && sock && errno == ENOTSOCK) {
+      sock = false;
+      continue;
+    }
     if (r < 0) {
       if (errno == EINTR)
         continue;

@@ -1622,12 +1622,19 @@ static void walk(walker_t *w, int rootfd)
   }
 }
 
+static int open_root_default(const char *path, int flags)
+{
+  return open(path, flags);
+}
+
+int (*sbx_search_open_root)(const char *path, int flags) = open_root_default;
+
 /* Opens a list/glob root: following a symlink at the root is fine. */
 static int open_root_dir(const char *root, sbx_error_t *err)
 {
   if (root == NULL || root[0] == '\0')
     return set_error(err, ENOENT, SBX_E_NOT_FOUND, "directory not found: %s", root ? root : "");
-  int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = sbx_search_open_root(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0)
     return fd;
   int e = errno;
@@ -1744,7 +1751,7 @@ int sbx_search_grep(const char *root, const char *pattern, const char *glob, boo
     sbx_grep_pattern_free(gp);
     return set_error(err, ENOENT, SBX_E_NOT_FOUND, "path not found: %s", root ? root : "");
   }
-  int fd = open(root, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int fd = sbx_search_open_root(root, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
     sbx_grep_pattern_free(gp);

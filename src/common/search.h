@@ -36,6 +36,13 @@
 #define SBX_SEARCH_SUMMARY_CHARS 200      /* longer lines: first 197 code points + "..." */
 #define SBX_SEARCH_MAX_DEPTH 256          /* directories this deep (root = 0) are not entered */
 
+/* How list_dir, glob and grep open their root (flags as for open(2); returns an fd or -1 with
+ * errno). open(2) by default; sbx-init installs one that resolves inside the sandbox's root and
+ * refuses magic links (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), so a root such as
+ * /proc/self/fd/N, or a symlink planted to it, never reaches a descriptor sbx-init holds. Set it
+ * once, before any thread searches. */
+extern int (*sbx_search_open_root)(const char *path, int flags);
+
 /* True if one path segment (len bytes, need not be NUL-terminated) matches one of the 50
  * ignore patterns, with fnmatch semantics (no flags: '*' matches a leading dot), byte-wise and
  * case-sensitive. */

@@ -314,30 +314,115 @@ int sbx_mkdir_p(const char *path, int mode)
   return 0;
 }
 
+/* How many directory levels sbx_rm_rf_at keeps open. Deeper directories are moved up under
+ * the top directory being removed (a rename in the same tree) instead of being descended into,
+ * so a tree of any depth is removed with bounded descriptors, memory and stack: a sandbox can
+ * make a tree far deeper than the caller's descriptor limit allows to walk. */
+#define RM_MAX_LEVELS 64
+
+struct rm_level {
+  DIR *d;
+  char *name;    /* this directory's name in its parent */
+  bool progress; /* something was removed since the last rewind */
+};
+
+static void rm_pop(struct rm_level *lv, size_t *depth)
+{
+  struct rm_level *l = &lv[--*depth];
+  if (l->d)
+    closedir(l->d);
+  free(l->name);
+  l->d = NULL;
+  l->name = NULL;
+}
+
 int sbx_rm_rf_at(int parent, const char *name)
 {
   if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
     return 0;
   if (errno != EISDIR && errno != EPERM)
     return -1;
+  struct rm_level lv[RM_MAX_LEVELS];
+  size_t depth = 0;
+  unsigned long long moved = 0;
+  int ret = 0;
   int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? 0 : -1;
-  cleanup_dir DIR *d = fdopendir(fd);
-  if (d == NULL) {
+  lv[0] = (struct rm_level){fdopendir(fd), xstrdup(name), false};
+  if (lv[0].d == NULL) {
     close(fd);
+    free(lv[0].name);
     return -1;
   }
-  int ret = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
+  depth = 1;
+  while (depth > 0) {
+    struct rm_level *l = &lv[depth - 1];
+    int pfd = depth >= 2 ? dirfd(lv[depth - 2].d) : parent;
+    errno = 0;
+    struct dirent *de = readdir(l->d);
+    if (de == NULL) {
+      if (unlinkat(pfd, l->name, AT_REMOVEDIR) == 0 || errno == ENOENT) {
+        if (depth >= 2)
+          lv[depth - 2].progress = true;
+        rm_pop(lv, &depth);
+      } else if (errno == ENOTEMPTY && l->progress) {
+        /* entries added while reading (moved-up subtrees) may have been missed */
+        l->progress = false;
+        rewinddir(l->d);
+      } else {
+        ret = -1;
+        rm_pop(lv, &depth);
+      }
+      continue;
+    }
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    if (sbx_rm_rf_at(dirfd(d), de->d_name) < 0)
+    int dfd = dirfd(l->d);
+    if (unlinkat(dfd, de->d_name, 0) == 0 || errno == ENOENT) {
+      l->progress = true;
+      continue;
+    }
+    if (errno != EISDIR && errno != EPERM) {
       ret = -1;
+      continue;
+    }
+    DIR *sd = NULL;
+    if (depth < RM_MAX_LEVELS) {
+      int sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      sd = sub >= 0 ? fdopendir(sub) : NULL;
+      if (sd == NULL) {
+        int e = errno;
+        if (sub >= 0)
+          close(sub);
+        if (e == ENOENT)
+          continue;
+        if ((e != EMFILE && e != ENFILE) || depth < 2) {
+          ret = -1;
+          continue;
+        }
+      }
+    }
+    if (sd == NULL) {
+      /* too deep (or out of descriptors) to descend: move the subtree up under the top
+       * directory, where a later pass of the top finds it */
+      bool done = false;
+      for (int tries = 0; tries < 16 && !done; tries++) {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, ".sbx-rm-%llu", moved++);
+        if (renameat2(dfd, de->d_name, dirfd(lv[0].d), tmp, RENAME_NOREPLACE) == 0)
+          done = true;
+        else if (errno != EEXIST)
+          break;
+      }
+      if (done)
+        l->progress = lv[0].progress = true;
+      else
+        ret = -1;
+      continue;
+    }
+    lv[depth++] = (struct rm_level){sd, xstrdup(de->d_name), false};
   }
-  if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-    ret = -1;
   return ret;
 }
 
