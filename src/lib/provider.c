@@ -192,6 +192,17 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
   sbx_strv_t ids = {0};
   if (sbx_state_list_ids(p->home, &ids, NULL) < 0)
     return;
+  /* fewer folders than the cap: no need to look inside any (a pool far below its cap pays a
+   * readdir, not a scan) */
+  if (ids.n <= (size_t) p->cfg->replicas) {
+    bool mine = false;
+    for (size_t i = 0; i < ids.n && !mine; i++)
+      mine = strcmp(ids.v[i], creating) == 0;
+    if (ids.n - mine < (size_t) p->cfg->replicas) {
+      sbx_strv_free(&ids);
+      return;
+    }
+  }
   struct candidate *warm = xreallocarray(NULL, ids.n + 1, sizeof *warm);
   size_t n_warm = 0, count = 0;
   for (size_t i = 0; i < ids.n; i++) {
@@ -203,9 +214,11 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       sbx_error_release(&lerr);
       continue;
     }
-    if (!in.meta.managed && in.ops->alive(&in)) {
+    /* held = active, or being created (its creator takes the lease before launching) */
+    bool held = sbx_lease_held(p->home, ids.v[i]);
+    if (!in.meta.managed && (held || in.ops->alive(&in))) {
       count++;
-      if (!sbx_lease_held(p->home, ids.v[i])) {
+      if (!held) {
         snprintf(warm[n_warm].id, sizeof warm[n_warm].id, "%s", ids.v[i]);
         warm[n_warm++].last_used = in.meta.last_used;
       }
@@ -248,16 +261,20 @@ static int health_check(struct sbx_instance *in, sbx_error_t *err)
 }
 
 /* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
- * locks/<id>; this takes locks/pool. */
+ * locks/<id>. The replica cap is decided under locks/pool, which is held only until the new
+ * sandbox is registered (its folder and lease exist, so the next creator counts it): launches
+ * run in parallel. Managed sandboxes are outside the cap and skip the pool lock. */
 static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, const char *user,
                                     const char *thread, const struct sbx_create_opts *o,
                                     sbx_error_t *err)
 {
-  int pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
-  if (pool < 0)
-    return NULL;
-  if (o == NULL)
-    enforce_cap(p, id); /* managed sandboxes are outside the replica cap */
+  int pool = -1;
+  if (o == NULL) {
+    pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
+    if (pool < 0)
+      return NULL;
+    enforce_cap(p, id);
+  }
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->lease_fd = -1;
   struct sbx_instance *in = &sb->in;
@@ -293,6 +310,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   sb->lease_fd = sbx_lease_take(p->home, id, err);
   if (sb->lease_fd < 0)
     goto fail;
+  if (pool >= 0)
+    close(steal_fd(&pool));
   if (thread) {
     user_data = sbx_thread_dir_ensure(p->home, user, thread, p->ops->data_owner, err);
   } else if (o == NULL) {
@@ -319,14 +338,14 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   in->n_extra_mounts = 0;
   if (sbx_meta_write(p->home, &in->meta, err) < 0)
     goto fail;
-  close(pool);
   return sb;
 fail:
   if (err && *err)
     sbx_error_wrap(err, "create sandbox %s", id);
   instance_destroy(in, NULL);
   handle_free(sb);
-  close(pool);
+  if (pool >= 0)
+    close(pool);
   return NULL;
 }
 

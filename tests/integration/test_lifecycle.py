@@ -230,6 +230,7 @@ def test_environment_var_resolution(make_sbx, tmp_path):
     p = subprocess.run(s.cmd("exec", "-t", "t", "--", "true"), capture_output=True, env=e)
     assert p.returncode == 1
     assert b"Environment variable SBX_TEST_SECRET not found for config value $SBX_TEST_SECRET" in p.stderr
+    s.config = None  # the teardown's `sbx down` must not need the variable
 
 
 def test_bad_config_names_file_line_key(make_sbx, tmp_path):
