@@ -19,6 +19,12 @@ struct sbx_mount {
   bool read_only;
 };
 
+/* sbxd's local image store: a name clients may ask for and the image it stands for. */
+struct sbx_image_alias {
+  char *name;   /* e.g. "python:3.11" */
+  char *target; /* "host" (the only image the linux backend has) */
+};
+
 struct sbx_env_var {
   char *key;   /* ^[A-Za-z_][A-Za-z0-9_]*$ */
   char *value; /* already resolved ($VAR taken from the process environment at load) */
@@ -64,7 +70,9 @@ struct sbx_config {
   char *server_api_key; /* or OPEN_SANDBOX_API_KEY */
   char **volume_roots;  /* host directories that `host` volumes may come from */
   size_t n_volume_roots;
-  int64_t max_sandbox_timeout; /* 86400 */
+  int64_t max_sandbox_timeout;    /* 86400 */
+  struct sbx_image_alias *images; /* image names accepted besides "host" */
+  size_t n_images;
 };
 
 /* Defaults for everything. */

@@ -625,6 +625,7 @@ enum ftype {
   F_ENV,
   F_MOUNTS,
   F_ROOTS,
+  F_IMAGES,
 };
 
 struct field {
@@ -673,6 +674,7 @@ static const struct field sbxd_fields[] = {
     {"api_key", F_OPTSTR, OFF(server_api_key), false, 0, NULL},
     {"volume_roots", F_ROOTS, 0, false, 0, NULL},
     {"max_sandbox_timeout", F_I64, OFF(max_sandbox_timeout), true, SECONDS_MAX, NULL},
+    {"images", F_IMAGES, 0, false, 0, NULL},
 };
 
 #define FIELD(cfg, f, type) ((type *) (void *) ((char *) (cfg) + (f)->off))
@@ -849,6 +851,39 @@ static int parse_roots(const struct vctx *v, struct sbx_config *cfg, const struc
   return 0;
 }
 
+/* sbxd.images: NAME -> "host". The linux backend has one image, the host's root filesystem, so
+ * every alias must name it; the map lets clients ask for e.g. python:3.11 and get the host. */
+static int parse_images(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
+                        const char *key)
+{
+  if (n->null)
+    return 0;
+  if (n->type != NODE_MAP)
+    return type_error(v, n, key, "a mapping");
+  cfg->images = xreallocarray(NULL, n->n / 2 + 1, sizeof *cfg->images);
+  for (size_t i = 0; i + 1 < n->n; i += 2) {
+    const struct node *k = n->kids[i], *val = n->kids[i + 1];
+    if (k->type != NODE_SCALAR)
+      return verr(v, k, key, 0, "keys must be strings");
+    if (k->len == 0 || memchr(k->text, '\0', k->len) != NULL)
+      return verr(v, k, key, 0, "image names must be non-empty strings");
+    cleanup_free char *ks = show(k->text, k->len);
+    cleanup_free char *ikey = xasprintf("%s.%s", key, ks);
+    char *target = NULL;
+    if (get_string(v, val, ikey, &target, NULL) < 0)
+      return -1;
+    if (strcmp(target, "host") != 0) {
+      int r = value_error(v, val, ikey, "must be 'host' (the only image of the linux backend)",
+                          target, false);
+      free(target);
+      return r;
+    }
+    cfg->images[cfg->n_images++] =
+        (struct sbx_image_alias){.name = xstrndup(k->text, k->len), .target = target};
+  }
+  return 0;
+}
+
 static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struct field *f,
                        const struct node *n, const char *key)
 {
@@ -921,6 +956,8 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
     return parse_mounts(v, cfg, n, key);
   case F_ROOTS:
     return parse_roots(v, cfg, n, key);
+  case F_IMAGES:
+    return parse_images(v, cfg, n, key);
   default:
     return verr(v, n, key, 0, "internal error: unhandled field type");
   }
@@ -1039,6 +1076,11 @@ void sbx_config_free(struct sbx_config *cfg)
   for (size_t i = 0; i < cfg->n_volume_roots; i++)
     free(cfg->volume_roots[i]);
   free(cfg->volume_roots);
+  for (size_t i = 0; i < cfg->n_images; i++) {
+    free(cfg->images[i].name);
+    free(cfg->images[i].target);
+  }
+  free(cfg->images);
   free(cfg);
 }
 
@@ -1266,5 +1308,16 @@ char *sbx_config_dump(const struct sbx_config *cfg)
     sbx_buf_putc(&b, '\n');
   }
   sbx_buf_printf(&b, "  max_sandbox_timeout: %" PRId64 "\n", cfg->max_sandbox_timeout);
+  if (cfg->n_images == 0)
+    sbx_buf_puts(&b, "  images: {}\n");
+  else
+    sbx_buf_puts(&b, "  images:\n");
+  for (size_t i = 0; i < cfg->n_images; i++) {
+    sbx_buf_puts(&b, "    ");
+    put_quoted(&b, cfg->images[i].name);
+    sbx_buf_puts(&b, ": ");
+    put_quoted(&b, cfg->images[i].target);
+    sbx_buf_putc(&b, '\n');
+  }
   return sbx_buf_steal(&b);
 }

@@ -80,6 +80,7 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_null(cfg->server_api_key);
   assert_int_equal(cfg->n_volume_roots, 0);
   assert_int_equal(cfg->max_sandbox_timeout, 86400);
+  assert_int_equal(cfg->n_images, 0);
 }
 
 static void test_defaults(void **state)
@@ -171,7 +172,10 @@ static void test_full(void **state)
                                 "sbxd:\n"
                                 "  listen: '[::1]:9090'\n"
                                 "  volume_roots: [/srv/data/, /home]\n"
-                                "  max_sandbox_timeout: 3600\n");
+                                "  max_sandbox_timeout: 3600\n"
+                                "  images:\n"
+                                "    python:3.11: host\n"
+                                "    'ubuntu:22.04': host\n");
   assert_string_equal(cfg->use, "linux");
   assert_string_equal(cfg->image, "alpine");
   assert_int_equal(cfg->replicas, 5);
@@ -216,6 +220,11 @@ static void test_full(void **state)
   assert_string_equal(cfg->volume_roots[1], "/home");
   assert_null(cfg->volume_roots[2]);
   assert_int_equal(cfg->max_sandbox_timeout, 3600);
+  assert_int_equal(cfg->n_images, 2);
+  assert_string_equal(cfg->images[0].name, "python:3.11");
+  assert_string_equal(cfg->images[0].target, "host");
+  assert_string_equal(cfg->images[1].name, "ubuntu:22.04");
+  assert_string_equal(cfg->images[1].target, "host");
   sbx_config_free(cfg);
 }
 
@@ -326,6 +335,15 @@ static void test_wrong_type(void **state)
   expect_error("sbxd:\n  volume_roots:\n    - /srv/../etc\n",
                "t.yaml:3: sbxd.volume_roots[0]: must not contain '..' segments, got "
                "'/srv/../etc'");
+  expect_error("sbxd:\n  images: [host]\n",
+               "t.yaml:2: sbxd.images: expected a mapping, got a list");
+  expect_error("sbxd:\n  images:\n    python:3.11: debian:12\n",
+               "t.yaml:3: sbxd.images.python:3.11: must be 'host' (the only image of the linux "
+               "backend), got 'debian:12'");
+  expect_error("sbxd:\n  images:\n    python:3.11: [host]\n",
+               "t.yaml:3: sbxd.images.python:3.11: expected a string, got a list");
+  expect_error("sbxd:\n  images:\n    '': host\n",
+               "t.yaml:3: sbxd.images: image names must be non-empty strings");
   expect_error("[1, 2]\n", "t.yaml:1: top level must be a mapping, got a list");
   expect_error("just text\n", "t.yaml:1: top level must be a mapping, got 'just text'");
   expect_error("sandbox:\n  environment:\n    [a]: b\n",
@@ -334,10 +352,12 @@ static void test_wrong_type(void **state)
 
 static void test_nulls_are_empty(void **state)
 {
-  struct sbx_config *cfg = load("sandbox:\n  environment:\n  mounts: ~\nsbxd:\n  volume_roots:\n");
+  struct sbx_config *cfg =
+      load("sandbox:\n  environment:\n  mounts: ~\nsbxd:\n  volume_roots:\n  images:\n");
   assert_int_equal(cfg->n_environment, 0);
   assert_int_equal(cfg->n_mounts, 0);
   assert_int_equal(cfg->n_volume_roots, 0);
+  assert_int_equal(cfg->n_images, 0);
   sbx_config_free(cfg);
 }
 
@@ -624,7 +644,8 @@ static void test_dump_round_trip(void **state)
                                 "sbxd:\n"
                                 "  listen: 0.0.0.0:7000\n"
                                 "  api_key: serverkey\n"
-                                "  volume_roots: [/srv]\n");
+                                "  volume_roots: [/srv]\n"
+                                "  images: {python:3.11: host, \"we\\\"ird\": host}\n");
   char *dump = sbx_config_dump(cfg);
   assert_non_null(dump);
   assert_null(strstr(dump, "topsecret"));
@@ -670,6 +691,10 @@ static void test_dump_round_trip(void **state)
   assert_int_equal(again->n_volume_roots, 1);
   assert_string_equal(again->volume_roots[0], "/srv");
   assert_int_equal(again->max_sandbox_timeout, 86400);
+  assert_int_equal(again->n_images, 2);
+  assert_string_equal(again->images[0].name, "python:3.11");
+  assert_string_equal(again->images[1].name, "we\"ird");
+  assert_string_equal(again->images[1].target, "host");
 
   /* A dump of the dump is identical apart from the source comment. */
   char *dump2 = sbx_config_dump(again);

@@ -1,0 +1,182 @@
+/* sbxd: OpenSandbox's HTTP APIs over libsbx. Options, configuration, startup (adopting the
+ * sandboxes a previous sbxd left running), and an orderly stop on SIGINT/SIGTERM. */
+#include "sbxd.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static void usage(FILE *f)
+{
+  fputs("Usage: sbxd [--listen ADDR:PORT] [--home DIR] [--config FILE] [--api-key KEY]\n"
+        "\n"
+        "Serves OpenSandbox's lifecycle and execd HTTP APIs (and DeerFlow's sandbox contract as\n"
+        "JSON) on top of libsbx, so the official OpenSandbox SDKs and DeerFlow's OpenSandbox\n"
+        "provider work against sbx unchanged. Logs are JSON lines on stderr.\n"
+        "\n"
+        "Options:\n"
+        "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080);\n"
+        "                      port 0 picks a free port (the 'listening' log line has it)\n"
+        "  --home DIR          state directory (default $SBX_HOME, else .sbx)\n"
+        "  --config FILE       configuration (default $SBX_HOME/config.yaml if present)\n"
+        "  --api-key KEY       key clients must send as OPEN-SANDBOX-API-KEY (default\n"
+        "                      sbxd.api_key, else $OPEN_SANDBOX_API_KEY); without a key sbxd\n"
+        "                      only listens on a loopback address\n"
+        "  --help              this help\n"
+        "  --version           print the version\n"
+        "\n"
+        "See docs/sbxd.md for the routes and docs/configuration.md for the `sbxd:` block.\n",
+        f);
+}
+
+static void raise_nofile(void)
+{
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int main(int argc, char **argv)
+{
+  const char *listen = NULL, *home = NULL, *config = NULL, *key = NULL;
+  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"home", required_argument, NULL, 'H'},
+                                       {"config", required_argument, NULL, 'c'},
+                                       {"api-key", required_argument, NULL, 'k'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {NULL, 0, NULL, 0}};
+  opterr = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'l':
+      listen = optarg;
+      break;
+    case 'H':
+      home = optarg;
+      break;
+    case 'c':
+      config = optarg;
+      break;
+    case 'k':
+      key = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    case 'V':
+      printf("sbxd %s\n", SBX_VERSION);
+      return 0;
+    default:
+      fprintf(stderr, "sbxd: bad option '%s'\nTry 'sbxd --help'.\n", argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "sbxd: unexpected argument '%s'\nTry 'sbxd --help'.\n", argv[optind]);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  json_object_seed(0);
+  sbx_set_log_handler(sbxd_lib_log, NULL);
+
+  if (home == NULL || *home == '\0')
+    home = getenv("SBX_HOME");
+  if (home == NULL || *home == '\0')
+    home = ".sbx";
+  sbx_error_t err = NULL;
+  cleanup_free char *def_config = xasprintf("%s/config.yaml", home);
+  if (config == NULL && access(def_config, F_OK) == 0)
+    config = def_config;
+  g.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
+  if (g.cfg == NULL) {
+    sbxd_log(SBXD_ERROR, "%s", err->msg);
+    sbx_error_release(&err);
+    return 2;
+  }
+  if (g.cfg->use && strcmp(g.cfg->use, "opensandbox") == 0) {
+    /* sbxd *is* an OpenSandbox server: backing it with the opensandbox backend would make it a
+     * client of itself (a DeerFlow config.yaml names the OpenSandbox provider) */
+    sbxd_log(SBXD_ERROR,
+             "%s: sandbox.use is 'opensandbox'; sbxd serves sandboxes of a local backend "
+             "(give it its own configuration with sandbox.use: linux, or none)",
+             g.cfg->path ? g.cfg->path : "configuration");
+    return 2;
+  }
+  g.listen = xstrdup(listen ? listen : g.cfg->listen);
+  if (key == NULL || *key == '\0')
+    key = g.cfg->server_api_key;
+  if (key == NULL || *key == '\0')
+    key = getenv("OPEN_SANDBOX_API_KEY");
+  g.api_key = key && *key ? xstrdup(key) : NULL;
+  if (g.api_key == NULL && !sbxd_listen_is_loopback(g.listen)) {
+    sbxd_log(SBXD_ERROR,
+             "refusing to listen on %s without an API key: pass --api-key, set "
+             "OPEN_SANDBOX_API_KEY or sbxd.api_key, or listen on a loopback address",
+             g.listen);
+    return 2;
+  }
+
+  /* Signals are taken by sigwait below; every thread created from here on has them blocked. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
+  raise_nofile();
+
+  g.p = sbx_provider_new(home, g.cfg, &err);
+  if (g.p)
+    g.admin = sbx_provider_new(home, g.cfg, &err);
+  if (g.p == NULL || g.admin == NULL) {
+    sbxd_log(SBXD_ERROR, "%s", err->msg);
+    sbx_error_release(&err);
+    return 1;
+  }
+  g.home = xstrdup(sbx_provider_home(g.p));
+  g.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
+  if (sbxd_registry_start() < 0)
+    return 1;
+  char *bound = NULL;
+  if (sbxd_server_start(&bound) < 0) {
+    atomic_store(&g.stopping, true);
+    sbxd_registry_stop(true);
+    return 1;
+  }
+  free(g.listen);
+  g.listen = bound;
+  sbxd_log_json(SBXD_INFO, "listening",
+                json_pack("{s:s,s:s,s:s,s:b}", "address", g.listen, "home", g.home, "version",
+                          SBX_VERSION, "auth", g.api_key != NULL));
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
+  atomic_store(&g.stopping, true);
+  sbxd_server_stop();
+  for (int i = 0; i < 50 && atomic_load(&g.workers) > 0; i++) {
+    struct timespec ts = {0, 100 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  int busy = atomic_load(&g.workers);
+  sbxd_registry_stop(busy == 0);
+  if (busy > 0) {
+    /* commands still running hold handles: leave them to the process exit (they keep running
+     * in their sandboxes, which the next sbxd adopts) */
+    sbxd_log(SBXD_INFO, "stopped with %d command(s) still running in their sandboxes", busy);
+    return 0;
+  }
+  sbx_provider_free(g.admin);
+  sbx_provider_free(g.p);
+  sbx_config_free(g.cfg);
+  free(g.home);
+  free(g.api_key);
+  free(g.listen);
+  sbxd_log(SBXD_INFO, "stopped");
+  return 0;
+}

@@ -1,0 +1,402 @@
+/* The sandboxes sbxd serves, their expiry, and adoption at startup.
+ *
+ * A box wraps a handle held by g.p. Requests take a reference; removal unlinks the box at once
+ * (later requests get 404) and destroys the sandbox through a second provider, g.admin, which
+ * holds nothing: the kill and the state removal never free a handle that an in-flight request
+ * (a long command, a download) is still using. That request then fails with a backend error,
+ * and the last reference releases the handle.
+ *
+ * Expiry lives in the sandbox's extra JSON on disk, so a restarted sbxd adopts what is still
+ * running and destroys what expired while it was down. */
+#include "sbxd.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define GC_INTERVAL_MS 60000
+
+static pthread_t expiry_thread;
+static bool expiry_running;
+
+void sbxd_worker_start(void)
+{
+  atomic_fetch_add(&g.workers, 1);
+}
+
+void sbxd_worker_done(void)
+{
+  atomic_fetch_sub(&g.workers, 1);
+}
+
+int sbxd_spawn(void *(*fn)(void *), void *arg)
+{
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_t t;
+  int r = pthread_create(&t, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return r == 0 ? 0 : -1;
+}
+
+static void session_free_all(struct box *b);
+
+/* A scope's sandbox can be released and acquired again while a request still holds the old box:
+ * both boxes share the provider's handle. The handle is released only when no live box has the
+ * id, under scope_lock, which sbx_acquire + box_add also hold. */
+static pthread_mutex_t scope_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sbxd_scope_lock(bool lock)
+{
+  if (lock)
+    pthread_mutex_lock(&scope_lock);
+  else
+    pthread_mutex_unlock(&scope_lock);
+}
+
+static bool live_box(const char *id)
+{
+  pthread_mutex_lock(&g.reg_lock);
+  bool found = false;
+  for (struct box *o = g.boxes; o && !found; o = o->next)
+    found = strcmp(o->id, id) == 0;
+  pthread_mutex_unlock(&g.reg_lock);
+  return found;
+}
+
+static void box_finalize(struct box *b)
+{
+  sbx_error_t err = NULL;
+  sbxd_scope_lock(true);
+  if (!live_box(b->id) && sbx_release(g.p, b->id, &err) < 0) {
+    sbxd_log(SBXD_DEBUG, "release %s: %s", b->id, err->msg);
+    sbx_error_release(&err);
+  }
+  sbxd_scope_lock(false);
+  session_free_all(b);
+  json_decref(b->extra);
+  sbx_strv_free(&b->users);
+  sbx_strv_free(&b->groups);
+  pthread_mutex_destroy(&b->lock);
+  free(b);
+}
+
+struct box *box_get(const char *id)
+{
+  if (id == NULL)
+    return NULL;
+  pthread_mutex_lock(&g.reg_lock);
+  struct box *b = g.boxes;
+  while (b && strcmp(b->id, id) != 0)
+    b = b->next;
+  if (b)
+    b->refs++;
+  pthread_mutex_unlock(&g.reg_lock);
+  return b;
+}
+
+struct box *box_ref(struct box *b)
+{
+  pthread_mutex_lock(&g.reg_lock);
+  b->refs++;
+  pthread_mutex_unlock(&g.reg_lock);
+  return b;
+}
+
+void box_put(struct box *b)
+{
+  if (b == NULL)
+    return;
+  pthread_mutex_lock(&g.reg_lock);
+  bool last = --b->refs == 0 && b->gone;
+  pthread_mutex_unlock(&g.reg_lock);
+  if (last)
+    box_finalize(b);
+}
+
+static int64_t json_ms(json_t *v)
+{
+  return json_is_integer(v) ? (int64_t) json_integer_value(v) : 0;
+}
+
+struct box *box_add(sbx_sandbox_t *sb, int kind, json_t *extra)
+{
+  struct box *b = xzalloc(sizeof *b);
+  snprintf(b->id, sizeof b->id, "%s", sbx_sandbox_id(sb));
+  b->kind = kind;
+  b->sb = sb;
+  pthread_mutex_init(&b->lock, NULL);
+  b->extra = extra ? extra : json_object();
+  const char *tok = json_string_value(json_object_get(b->extra, "token"));
+  if (tok && strlen(tok) == 64) {
+    snprintf(b->token, sizeof b->token, "%s", tok);
+  } else {
+    sbx_random_hex(b->token, 64);
+    b->token[64] = '\0';
+  }
+  b->created_ms = json_ms(json_object_get(b->extra, "createdAt"));
+  if (b->created_ms == 0)
+    b->created_ms = sbxd_now_ms();
+  b->expires_ms = json_ms(json_object_get(b->extra, "expiresAt"));
+  b->refs = 2; /* the table's and the caller's */
+  pthread_mutex_lock(&g.reg_lock);
+  for (struct box *o = g.boxes; o; o = o->next)
+    if (strcmp(o->id, b->id) == 0) { /* another thread added it meanwhile */
+      o->refs++;
+      pthread_mutex_unlock(&g.reg_lock);
+      json_decref(b->extra);
+      pthread_mutex_destroy(&b->lock);
+      free(b);
+      return o;
+    }
+  b->next = g.boxes;
+  g.boxes = b;
+  pthread_cond_broadcast(&g.reg_cond);
+  pthread_mutex_unlock(&g.reg_lock);
+  return b;
+}
+
+int box_save(struct box *b, sbx_error_t *err)
+{
+  cleanup_free char *s = json_dumps(b->extra, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (s == NULL)
+    return -1;
+  return sbx_extra_set(g.p, b->id, s, err);
+}
+
+int box_remove(struct box *b, const char *why, sbx_error_t *err)
+{
+  pthread_mutex_lock(&g.reg_lock);
+  if (b->gone) {
+    pthread_mutex_unlock(&g.reg_lock);
+    return 0;
+  }
+  for (struct box **pp = &g.boxes; *pp; pp = &(*pp)->next)
+    if (*pp == b) {
+      *pp = b->next;
+      break;
+    }
+  b->gone = true;
+  pthread_mutex_unlock(&g.reg_lock);
+  int r = 0;
+  if (b->kind == BOX_MANAGED) {
+    pthread_mutex_lock(&b->lock);
+    bool paused = b->paused;
+    pthread_mutex_unlock(&b->lock);
+    /* a frozen process cannot die: thaw first */
+    if (paused)
+      sbx_pause(g.p, b->id, false, NULL);
+    r = sbx_destroy(g.admin, b->id, err);
+    if (r < 0 && err && *err && (*err)->kind == SBX_E_NOT_FOUND) {
+      sbx_error_release(err);
+      r = 0;
+    }
+    sbxd_log_json(SBXD_INFO, "sandbox removed",
+                  json_pack("{s:s,s:s,s:b}", "sandbox_id", b->id, "reason", why, "ok", r == 0));
+  }
+  box_put(b); /* the table's reference */
+  return r;
+}
+
+static int cmp_box(const void *a, const void *b)
+{
+  const struct box *x = *(struct box *const *) a, *y = *(struct box *const *) b;
+  if (x->created_ms != y->created_ms)
+    return x->created_ms > y->created_ms ? -1 : 1;
+  return strcmp(x->id, y->id);
+}
+
+struct box **box_list(int kind, size_t *n)
+{
+  pthread_mutex_lock(&g.reg_lock);
+  size_t count = 0;
+  for (struct box *b = g.boxes; b; b = b->next)
+    count++;
+  struct box **v = xzalloc((count + 1) * sizeof *v);
+  size_t k = 0;
+  for (struct box *b = g.boxes; b; b = b->next)
+    if (b->kind == kind) {
+      b->refs++;
+      v[k++] = b;
+    }
+  pthread_mutex_unlock(&g.reg_lock);
+  qsort(v, k, sizeof *v, cmp_box);
+  *n = k;
+  return v;
+}
+
+void box_list_free(struct box **v, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    box_put(v[i]);
+  free(v);
+}
+
+void sbxd_expiry_kick(void)
+{
+  pthread_mutex_lock(&g.reg_lock);
+  pthread_cond_broadcast(&g.reg_cond);
+  pthread_mutex_unlock(&g.reg_lock);
+}
+
+static void *expiry_main(void *arg)
+{
+  (void) arg;
+  int64_t last_gc = sbxd_now_ms();
+  pthread_mutex_lock(&g.reg_lock);
+  while (!atomic_load(&g.stopping)) {
+    int64_t now = sbxd_now_ms(), next = now + 5000;
+    struct box **due = NULL;
+    size_t n_due = 0;
+    for (struct box *b = g.boxes; b; b = b->next) {
+      if (b->kind != BOX_MANAGED)
+        continue;
+      pthread_mutex_lock(&b->lock);
+      int64_t exp = b->expires_ms;
+      pthread_mutex_unlock(&b->lock);
+      if (exp == 0)
+        continue;
+      if (exp <= now) {
+        due = xreallocarray(due, n_due + 1, sizeof *due);
+        b->refs++;
+        due[n_due++] = b;
+      } else if (exp < next) {
+        next = exp;
+      }
+    }
+    pthread_mutex_unlock(&g.reg_lock);
+    for (size_t i = 0; i < n_due; i++) {
+      sbx_error_t err = NULL;
+      if (box_remove(due[i], "ttl_expiry", &err) < 0) {
+        sbxd_log(SBXD_WARN, "expire sandbox %s: %s", due[i]->id, err ? err->msg : "?");
+        sbx_error_release(&err);
+      }
+      box_put(due[i]);
+    }
+    free(due);
+    if (now - last_gc >= GC_INTERVAL_MS) {
+      last_gc = now;
+      sbx_error_t err = NULL;
+      if (sbx_gc(g.p, &err) < 0) {
+        sbxd_log(SBXD_WARN, "reaper pass: %s", err->msg);
+        sbx_error_release(&err);
+      }
+      if (last_gc + GC_INTERVAL_MS < next)
+        next = last_gc + GC_INTERVAL_MS;
+    }
+    pthread_mutex_lock(&g.reg_lock);
+    if (n_due == 0 && !atomic_load(&g.stopping)) {
+      struct timespec ts = {.tv_sec = (time_t) (next / 1000),
+                            .tv_nsec = (long) (next % 1000) * 1000000};
+      pthread_cond_timedwait(&g.reg_cond, &g.reg_lock, &ts);
+    }
+  }
+  pthread_mutex_unlock(&g.reg_lock);
+  return NULL;
+}
+
+/* Adopts the managed sandboxes a previous sbxd left running; destroys the dead and the
+ * expired. */
+static void adopt(void)
+{
+  struct sbx_sandbox_info *infos = NULL;
+  size_t n = 0;
+  sbx_error_t err = NULL;
+  if (sbx_list(g.p, &infos, &n, &err) < 0) {
+    sbxd_log(SBXD_WARN, "list sandboxes: %s", err->msg);
+    sbx_error_release(&err);
+    return;
+  }
+  int64_t now = sbxd_now_ms();
+  size_t adopted = 0, removed = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct sbx_sandbox_info *in = &infos[i];
+    if (in->user != NULL || in->thread != NULL)
+      continue; /* a scope's sandbox: the provider's business */
+    cleanup_free char *extra_s = sbx_extra_get(g.p, in->id, NULL);
+    json_t *extra = extra_s ? json_loads(extra_s, 0, NULL) : NULL;
+    if (!json_is_object(extra) || !json_object_get(extra, "sbxd")) {
+      json_decref(extra); /* not made by sbxd */
+      continue;
+    }
+    int64_t exp = json_ms(json_object_get(extra, "expiresAt"));
+    const char *why = in->state == SBX_STATE_DEAD ? "dead"
+                      : exp && exp <= now         ? "ttl_expiry"
+                                                  : NULL;
+    if (why) {
+      if (in->paused)
+        sbx_pause(g.p, in->id, false, NULL);
+      int r = sbx_destroy(g.admin, in->id, &err);
+      sbxd_log_json(SBXD_INFO, "sandbox removed at startup",
+                    json_pack("{s:s,s:s,s:b}", "sandbox_id", in->id, "reason", why, "ok", r == 0));
+      sbx_error_release(&err);
+      json_decref(extra);
+      removed++;
+      continue;
+    }
+    sbx_sandbox_t *sb = sbx_open(g.p, in->id, &err);
+    if (sb == NULL) {
+      sbxd_log(SBXD_WARN, "adopt sandbox %s: %s", in->id, err->msg);
+      sbx_error_release(&err);
+      json_decref(extra);
+      continue;
+    }
+    struct box *b = box_add(sb, BOX_MANAGED, extra);
+    b->paused = in->paused;
+    box_put(b);
+    adopted++;
+  }
+  sbx_sandbox_info_free(infos, n);
+  sbxd_log_json(
+      SBXD_INFO, "sandboxes adopted",
+      json_pack("{s:I,s:I}", "adopted", (json_int_t) adopted, "removed", (json_int_t) removed));
+}
+
+int sbxd_registry_start(void)
+{
+  pthread_mutex_init(&g.reg_lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_cond_init(&g.reg_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  adopt();
+  if (pthread_create(&expiry_thread, NULL, expiry_main, NULL) != 0) {
+    sbxd_log(SBXD_ERROR, "cannot start the expiry thread: %s", strerror(errno));
+    return -1;
+  }
+  expiry_running = true;
+  return 0;
+}
+
+void sbxd_registry_stop(bool free_boxes)
+{
+  if (expiry_running) {
+    sbxd_expiry_kick();
+    pthread_join(expiry_thread, NULL);
+    expiry_running = false;
+  }
+  if (!free_boxes)
+    return;
+  /* Drop the table's references; handles still held are parked by sbx_provider_free. */
+  pthread_mutex_lock(&g.reg_lock);
+  struct box *b = g.boxes;
+  g.boxes = NULL;
+  pthread_mutex_unlock(&g.reg_lock);
+  while (b) {
+    struct box *next = b->next;
+    session_free_all(b);
+    json_decref(b->extra);
+    sbx_strv_free(&b->users);
+    sbx_strv_free(&b->groups);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    b = next;
+  }
+}
+
+static void session_free_all(struct box *b)
+{
+  sbxd_sessions_free(b);
+}

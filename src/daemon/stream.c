@@ -1,0 +1,320 @@
+/* Response bodies produced by other threads.
+ *
+ * An event stream is a queue between a worker (running a command in the sandbox) and MHD's
+ * connection thread (the content reader). The worker never blocks on the client: a client that
+ * reads too slowly loses events beyond SBXD_STREAM_QUEUE bytes (counted and reported), and one
+ * that vanished (MHD frees the response) makes the worker drop everything. Readers wait at most a
+ * second at a time so that MHD_stop_daemon, which joins connection threads, never hangs. */
+#include "sbxd.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+struct stream {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  sbx_buf_t q;
+  size_t off;
+  bool finished, detached, ping;
+  int refs;
+  uint64_t dropped;
+  uint64_t last_sent; /* monotonic ms of the last bytes handed to MHD */
+  int start_state;    /* 0 waiting, 1 started, -1 failed */
+  sbx_error_t start_err;
+};
+
+static void deadline_in(struct timespec *ts, uint64_t ms)
+{
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += (time_t) (ms / 1000);
+  ts->tv_nsec += (long) (ms % 1000) * 1000000;
+  if (ts->tv_nsec >= 1000000000) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000;
+  }
+}
+
+struct stream *stream_new(void)
+{
+  struct stream *s = xzalloc(sizeof *s);
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cond, &ca);
+  pthread_condattr_destroy(&ca);
+  s->refs = 1;
+  s->last_sent = sbx_now_ms();
+  return s;
+}
+
+void stream_unref(struct stream *s)
+{
+  pthread_mutex_lock(&s->lock);
+  bool last = --s->refs == 0;
+  pthread_mutex_unlock(&s->lock);
+  if (!last)
+    return;
+  sbx_buf_free(&s->q);
+  sbx_error_release(&s->start_err);
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+static void enqueue_locked(struct stream *s, const char *data, size_t len)
+{
+  if (s->detached || s->finished)
+    return;
+  if (s->q.len - s->off + len > SBXD_STREAM_QUEUE) {
+    s->dropped += len;
+    return;
+  }
+  if (s->off > 0 && s->off == s->q.len) {
+    s->q.len = 0;
+    s->off = 0;
+  }
+  sbx_buf_append(&s->q, data, len);
+  pthread_cond_broadcast(&s->cond);
+}
+
+static char *event_text(const char *type, json_t *fields)
+{
+  json_t *ev = json_object();
+  json_object_set_new(ev, "type", json_string(type));
+  static const char *const first[] = {"text", "execution_count", "execution_time"};
+  for (size_t i = 0; i < ARRAY_SIZE(first); i++) {
+    json_t *v = fields ? json_object_get(fields, first[i]) : NULL;
+    if (v)
+      json_object_set(ev, first[i], v);
+  }
+  json_object_set_new(ev, "timestamp", json_integer((json_int_t) sbxd_now_ms()));
+  const char *k;
+  json_t *v;
+  if (fields)
+    json_object_foreach(fields, k, v)
+    {
+      if (!json_object_get(ev, k))
+        json_object_set(ev, k, v);
+    }
+  json_decref(fields);
+  char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(ev);
+  return s;
+}
+
+void stream_event(struct stream *s, const char *type, json_t *fields)
+{
+  char *text = event_text(type, fields);
+  if (text == NULL)
+    return;
+  size_t n = strlen(text);
+  text = xrealloc(text, n + 3);
+  memcpy(text + n, "\n\n", 3);
+  pthread_mutex_lock(&s->lock);
+  enqueue_locked(s, text, n + 2);
+  pthread_mutex_unlock(&s->lock);
+  free(text);
+}
+
+void stream_raw(struct stream *s, const char *data, size_t len)
+{
+  pthread_mutex_lock(&s->lock);
+  enqueue_locked(s, data, len);
+  pthread_mutex_unlock(&s->lock);
+}
+
+void stream_finish(struct stream *s)
+{
+  pthread_mutex_lock(&s->lock);
+  if (s->dropped && !s->detached && !s->finished) {
+    char note[160];
+    snprintf(note, sizeof note,
+             "[sbxd: %llu bytes of output were dropped because the client read too slowly]",
+             (unsigned long long) s->dropped);
+    json_t *f = json_pack("{s:s}", "text", note);
+    char *t = event_text("stderr", f);
+    if (t) {
+      s->q.len = s->off = 0; /* make room: the note must get through */
+      sbx_buf_append(&s->q, t, strlen(t));
+      sbx_buf_append(&s->q, "\n\n", 2);
+      free(t);
+    }
+  }
+  s->finished = true;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+bool stream_detached(struct stream *s)
+{
+  pthread_mutex_lock(&s->lock);
+  bool d = s->detached;
+  pthread_mutex_unlock(&s->lock);
+  return d;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+  struct stream *s = cls;
+  (void) pos;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    if (s->q.len > s->off) {
+      size_t n = s->q.len - s->off < max ? s->q.len - s->off : max;
+      memcpy(buf, s->q.data + s->off, n);
+      s->off += n;
+      if (s->off == s->q.len)
+        s->q.len = s->off = 0;
+      s->last_sent = sbx_now_ms();
+      pthread_mutex_unlock(&s->lock);
+      return (ssize_t) n;
+    }
+    if (s->finished) {
+      pthread_mutex_unlock(&s->lock);
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (atomic_load(&g.stopping)) {
+      pthread_mutex_unlock(&s->lock);
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    uint64_t now = sbx_now_ms();
+    if (s->ping && now - s->last_sent >= SBXD_PING_INTERVAL_MS) {
+      char *t = event_text("ping", json_pack("{s:s}", "text", "pong"));
+      if (t) {
+        sbx_buf_append(&s->q, t, strlen(t));
+        sbx_buf_append(&s->q, "\n\n", 2);
+        free(t);
+      }
+      continue;
+    }
+    uint64_t wait = 1000;
+    if (s->ping && SBXD_PING_INTERVAL_MS - (now - s->last_sent) < wait)
+      wait = SBXD_PING_INTERVAL_MS - (now - s->last_sent);
+    struct timespec ts;
+    deadline_in(&ts, wait);
+    pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+  }
+}
+
+static void stream_free_cb(void *cls)
+{
+  struct stream *s = cls;
+  pthread_mutex_lock(&s->lock);
+  s->detached = true;
+  sbx_buf_free(&s->q);
+  s->off = 0;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  stream_unref(s);
+}
+
+struct MHD_Response *stream_response(struct stream *s, bool ping)
+{
+  pthread_mutex_lock(&s->lock);
+  s->refs++;
+  s->ping = ping;
+  pthread_mutex_unlock(&s->lock);
+  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+                                                                stream_read, s, stream_free_cb);
+  if (resp == NULL) {
+    stream_free_cb(s);
+    return NULL;
+  }
+  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  return resp;
+}
+
+void stream_started(struct stream *s)
+{
+  pthread_mutex_lock(&s->lock);
+  if (s->start_state == 0)
+    s->start_state = 1;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+void stream_failed(struct stream *s, sbx_error_t *err)
+{
+  pthread_mutex_lock(&s->lock);
+  if (s->start_state == 0) {
+    s->start_state = -1;
+    s->start_err = *err;
+    *err = NULL;
+  }
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  sbx_error_release(err);
+}
+
+int stream_wait_start(struct stream *s, sbx_error_t *err)
+{
+  pthread_mutex_lock(&s->lock);
+  while (s->start_state == 0) {
+    struct timespec ts;
+    deadline_in(&ts, 1000);
+    pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+  }
+  int r = s->start_state > 0 ? 0 : -1;
+  if (r < 0) {
+    *err = s->start_err;
+    s->start_err = NULL;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+/* ---- bodies read from a file descriptor ---- */
+
+struct fd_body {
+  int fd;
+  uint64_t size;
+};
+
+static ssize_t fd_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+  struct fd_body *b = cls;
+  for (;;) {
+    struct pollfd p = {b->fd, POLLIN, 0};
+    int n = poll(&p, 1, 1000);
+    if (n < 0 && errno != EINTR)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n <= 0) {
+      if (atomic_load(&g.stopping))
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+      continue;
+    }
+    ssize_t got = read(b->fd, buf, max);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (got < 0)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (got == 0)
+      return b->size != MHD_SIZE_UNKNOWN && pos < b->size ? MHD_CONTENT_READER_END_WITH_ERROR
+                                                          : MHD_CONTENT_READER_END_OF_STREAM;
+    return got;
+  }
+}
+
+static void fd_free(void *cls)
+{
+  struct fd_body *b = cls;
+  close(b->fd);
+  free(b);
+}
+
+struct MHD_Response *fd_response(int fd, uint64_t size)
+{
+  struct fd_body *b = xzalloc(sizeof *b);
+  b->fd = fd;
+  b->size = size;
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(size, 64 * 1024, fd_read, b, fd_free);
+  if (resp == NULL)
+    fd_free(b);
+  return resp;
+}
