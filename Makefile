@@ -9,7 +9,8 @@ DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libjansson-dev libyaml-dev libseccomp-dev libmicrohttpd-dev libcurl4-openssl-dev \
        libcmocka-dev libunistring-dev python3 python3-pytest valgrind
 
-.PHONY: all build deps run check test unit integration san format format-check clean bench fuzz
+.PHONY: all build deps run tour check test unit integration san format format-check clean bench \
+        fuzz load
 
 all: build
 
@@ -29,7 +30,13 @@ san:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSBX_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 
+# The main job: sbxd (OpenSandbox's HTTP APIs over sbx) in the foreground on the embedded default,
+# 127.0.0.1:8080 with the state in .sbx (SBXD_ARGS adds options, e.g. --api-key KEY).
 run: deps build
+	exec ./$(BUILD)/sbxd $(SBXD_ARGS)
+
+# A short tour through the sbx CLI.
+tour: deps build
 	./scripts/tour.sh $(BUILD)
 
 format:
@@ -44,9 +51,24 @@ unit: san
 integration: build san
 	cd $(SAN_BUILD) && ctest --output-on-failure -L integration
 
-# Everything: format, the release build, the sanitizer build, unit and integration tests.
+# Everything: format, the release build, the sanitizer build, unit, integration, SDK and security
+# tests (ctest, on the sanitizer build), then a short pass of every fuzz target.
 check: deps format-check build san
 	cd $(SAN_BUILD) && ctest --output-on-failure
+	fuzz/run.sh 5
+
+# Each fuzz target for FUZZ_SECONDS (clang, libFuzzer; see fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+fuzz:
+	fuzz/run.sh $(FUZZ_SECONDS)
+
+# The bounded load test (loopback only; figures in docs/load.md).
+load: build
+	SBX_BUILD=$(CURDIR)/$(BUILD) tests/load/run.sh
+
+# Benchmarks against bubblewrap, unshare, crun... (not part of check; BENCH_QUICK=1 for ~1 min).
+bench:
+	./bench/run.sh
 
 test: check
 

@@ -51,7 +51,7 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->id = in->meta.id;
   s->state_dir = in->dir;
   s->user_data = (char *) user_data;
-  s->image = c->image ? c->image : (char *) "host";
+  s->image = in->meta.image ? in->meta.image : c->image ? c->image : (char *) "host";
   s->memory_bytes = in->meta.memory_bytes ? in->meta.memory_bytes : c->memory_mib << 20;
   double cpus = in->meta.cpus > 0 ? in->meta.cpus : c->cpus;
   s->cpu_millis = (uint64_t) (cpus * 1000.0 + 0.5);

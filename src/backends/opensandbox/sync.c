@@ -154,7 +154,8 @@ static void find_ambiguous(struct rec *recs, size_t n, sbx_strv_t *ambiguous)
     }
     sbx_buf_free(&key);
   }
-  qsort(p, np, sizeof *p, cmp_prefix);
+  if (np > 1)
+    qsort(p, np, sizeof *p, cmp_prefix);
   for (size_t i = 1; i < np; i++)
     if (strcmp(p[i].key, p[i - 1].key) == 0 && strcmp(p[i].orig, p[i - 1].orig) != 0 &&
         (ambiguous->n == 0 || strcmp(ambiguous->v[ambiguous->n - 1], p[i].key) != 0))
@@ -179,7 +180,8 @@ static bool under_ambiguous(const char *rel, const sbx_strv_t *ambiguous)
     if (key.len)
       sbx_buf_putc(&key, '/');
     sbx_buf_puts(&key, k);
-    hit = bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), cmp_str) != NULL;
+    hit = ambiguous->n &&
+          bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), cmp_str) != NULL;
     c += len + (e != NULL);
   }
   sbx_buf_free(&key);
