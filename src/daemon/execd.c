@@ -171,6 +171,14 @@ static void error_event(struct stream *s, const char *evalue, const char *trace)
   json_object_set_new(e, "evalue", sbxd_jstr(evalue, strlen(evalue)));
   json_t *tb = json_array();
   json_array_append_new(tb, sbxd_jstr(trace, strlen(trace)));
+  /* A timeout is a kill like any other in evalue ("-1", what Go's execd reports and the SDKs
+   * read as the exit code), and says so in the traceback: the deadline information a client
+   * needs before it may report 124 (seed 000). */
+  if (strcmp(trace, "signal: killed (timeout)") == 0) {
+    json_array_clear(tb);
+    json_array_append_new(tb, json_string("signal: killed"));
+    json_array_append_new(tb, json_string("context deadline exceeded"));
+  }
   json_object_set_new(e, "traceback", tb);
   json_t *f = json_object();
   json_object_set_new(f, "error", e);
@@ -181,7 +189,7 @@ static void terminal_event(struct job *j, const struct sbx_exec_result *res)
 {
   char value[32], trace[96];
   if (res->timed_out) {
-    error_event(j->s, "-1", j->session[0] ? "timeout" : "signal: killed");
+    error_event(j->s, "-1", j->session[0] ? "timeout" : "signal: killed (timeout)");
   } else if (res->exit_code < 0) {
     const char *w = signal_word(-res->exit_code);
     if (w)

@@ -219,6 +219,13 @@ def test_deadline_exceeded_is_124_with_partial_output(proxied):
     assert r["output"] == "partial\n\nError: command timed out\nExit Code: 124"
 
 
+def test_real_timeout_through_sbxd_is_124(osb):
+    p = osb.run("exec", "-t", "t", "--timeout", "1", "--json", "--", "echo start; sleep 30")
+    r = json.loads(p.stdout)
+    assert p.returncode == 124 and r["timed_out"] is True and r["exit_code"] == 124
+    assert r["output"] == "start\n\nError: command timed out\nExit Code: 124"
+
+
 def test_signal_exit_keeps_its_code(proxied):
     proxied.sh("t", "true")
     proxied.proxy.add("POST", r"/command$", ("terminal", {

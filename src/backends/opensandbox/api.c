@@ -377,10 +377,19 @@ static int on_event(void *arg, json_t *ev)
     json_t *e = json_object_get(ev, "error");
     const char *name = json_string_value(json_object_get(e, "ename"));
     const char *value = json_string_value(json_object_get(e, "evalue"));
-    if (value && all_digits(value)) {
+    /* a kill that the server says was its deadline (sbxd puts it in the traceback) */
+    bool deadline = false;
+    size_t k;
+    json_t *line;
+    json_array_foreach(json_object_get(e, "traceback"), k, line)
+    {
+      const char *t = json_string_value(line);
+      deadline = deadline || (t && strstr(t, "context deadline exceeded"));
+    }
+    if (value && all_digits(value) && !(deadline && strcmp(value, "-1") == 0)) {
       st->res->has_code = true;
       st->res->exit_code = atoi(value);
-    } else if (value && strstr(value, "context deadline exceeded")) {
+    } else if (value && (deadline || strstr(value, "context deadline exceeded"))) {
       st->res->timed_out = true;
     } else {
       free(st->res->error_text);
