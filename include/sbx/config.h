@@ -55,6 +55,9 @@ struct sbx_config {
   uint64_t tmp_size_mib;        /* writable /tmp inside, default 1024 */
   uint64_t home_size_mib;       /* writable home inside, default 256 */
   int64_t health_check_timeout; /* seconds, default 10 */
+  /* BoxLite's key: a warm sandbox last used less than this many seconds ago is reclaimed with a
+   * ping of its init instead of running `true` (default 0: always run it) */
+  double health_check_skip_seconds;
 
   /* opensandbox backend (seed 000) */
   char *api_key;           /* from the file, or OPEN_SANDBOX_API_KEY; never printed */

@@ -658,6 +658,7 @@ static const struct field sandbox_fields[] = {
     {"tmp_size_mib", F_U64, OFF(tmp_size_mib), true, MIB_MAX, NULL},
     {"home_size_mib", F_U64, OFF(home_size_mib), true, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
+    {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
     {"api_key", F_OPTSTR, OFF(api_key), false, 0, NULL},
     {"domain", F_OPTSTR, OFF(domain), false, 0, NULL},
@@ -1286,6 +1287,7 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
   sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
+  put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   if (cfg->api_key != NULL)
     sbx_buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);

@@ -87,6 +87,8 @@ struct sbx_backend_ops {
   int64_t (*memory)(struct sbx_instance *in);
   /* A reaper pass's chance to remove what the backend itself may have left behind. Optional. */
   void (*sweep)(void);
+  /* Is the sandbox's init answering (no process started)? Optional. */
+  int (*ping)(struct sbx_instance *in, sbx_error_t *err);
   /* The reclaim health check (DeerFlow's: run `true`, timeout_s budget). */
   int (*health)(struct sbx_instance *in, int timeout_s, sbx_error_t *err);
   int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);

@@ -386,7 +386,11 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
   bool active = sbx_lease_held(p->home, id);
   if (!active && !in.meta.paused) {
     sbx_error_t herr = NULL;
-    if (health_check(&in, &herr) < 0) {
+    /* BoxLite's health_check_skip_seconds: recently used, a ping proves its init answers */
+    double idle = sbx_realtime_sec() - in.meta.last_used;
+    bool recent = p->cfg->health_check_skip_seconds > 0 &&
+                  idle < p->cfg->health_check_skip_seconds && in.ops->ping;
+    if (recent ? in.ops->ping(&in, &herr) < 0 : health_check(&in, &herr) < 0) {
       sbx_log(SBX_LOG_WARNING, "sandbox %s failed its health check (%s); replacing it", id,
               herr->msg);
       sbx_error_release(&herr);

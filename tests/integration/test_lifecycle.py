@@ -307,3 +307,23 @@ def test_tmp_is_size_capped(make_sbx, tmp_path):
     r = s.sh("t", "head -c 20000000 /dev/zero > /tmp/fill; echo rc=$?; df -k /tmp | tail -1")
     assert "rc=1" in r["stdout"] and "No space left" in r["stderr"]
     assert s.sh("t", "echo still fine")["stdout"] == "still fine\n"
+
+
+def test_health_check_skip_seconds(make_sbx, tmp_path):
+    # /proc/loadavg's last field is the last pid given out in the sandbox's pid namespace: the
+    # reclaim health check (`true`) takes one, unless a recent use lets a ping do
+    def pids_per_call(s):
+        last = []
+        for _ in range(3):
+            last.append(int(s.sh("t", "cat /proc/loadavg")["stdout"].split()[-1]))
+        return last[2] - last[1]
+
+    always = make_sbx(config=cfg(tmp_path, "sandbox:\n  health_check_skip_seconds: 0\n", "a.yaml"))
+    skip = make_sbx(config=cfg(tmp_path, "sandbox:\n  health_check_skip_seconds: 30\n", "b.yaml"))
+    assert pids_per_call(always) == pids_per_call(skip) + 1
+    # a dead init is still caught: the ping fails and the sandbox is replaced
+    pid = state_of(skip, "t")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert skip.sh("t", "echo fresh")["stdout"] == "fresh\n"
+    assert state_of(skip, "t")["pid"] != pid

@@ -69,6 +69,7 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_int_equal(cfg->tmp_size_mib, 1024);
   assert_int_equal(cfg->home_size_mib, 256);
   assert_int_equal(cfg->health_check_timeout, 10);
+  assert_true(cfg->health_check_skip_seconds == 0);
   assert_null(cfg->api_key);
   assert_string_equal(cfg->domain, "localhost:8080");
   assert_string_equal(cfg->protocol, "http");
@@ -280,8 +281,19 @@ static void test_unknown_key(void **state)
   expect_error("sandbox:\n  mounts:\n    - host_path: /tmp\n      container_path: /x\n"
                "      mode: ro\n",
                "t.yaml:5: sandbox.mounts[0].mode: unknown key");
-  expect_error("sandbox:\n  health_check_skip_seconds: 0\n",
-               "t.yaml:2: sandbox.health_check_skip_seconds: unknown key");
+  expect_error("sandbox:\n  health_check_skipseconds: 0\n",
+               "t.yaml:2: sandbox.health_check_skipseconds: unknown key");
+  /* BoxLite's key is known: a number, not negative */
+  const char *ok = "sandbox:\n  health_check_skip_seconds: 2.5\n";
+  struct sbx_config *cfg = sbx_config_load_string("t.yaml", ok, strlen(ok), NULL);
+  assert_non_null(cfg);
+  assert_true(cfg->health_check_skip_seconds == 2.5);
+  sbx_config_free(cfg);
+  sbx_error_t err = NULL;
+  const char *neg = "sandbox:\n  health_check_skip_seconds: -1\n";
+  assert_null(sbx_config_load_string("t.yaml", neg, strlen(neg), &err));
+  assert_non_null(err);
+  sbx_error_release(&err);
 }
 
 static void test_wrong_type(void **state)

@@ -186,6 +186,11 @@ static int linux_metrics(struct sbx_instance *in, struct sbx_metrics *m, sbx_err
   return 0;
 }
 
+static int linux_ping(struct sbx_instance *in, sbx_error_t *err)
+{
+  return sbx__agent_ping(in->dir, 2000, err);
+}
+
 static void linux_sweep(void)
 {
   sbx_cgroup_sweep(60);
@@ -221,6 +226,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .alive = linux_alive,
     .memory = linux_memory,
     .health = linux_health,
+    .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
     .exec = sbx__agent_exec,
