@@ -253,8 +253,19 @@ void stream_failed(struct stream *s, sbx_error_t *err)
 
 int stream_wait_start(struct stream *s, sbx_error_t *err)
 {
+  /* bounded: a sandbox that never answers (frozen, overloaded) must not hold this connection
+   * thread (and MHD_stop_daemon, which joins it) forever; libsbx gives up on a silent start
+   * within 30 s, this is the backstop */
+  uint64_t give_up = sbx_now_ms() + 60000;
   pthread_mutex_lock(&s->lock);
   while (s->start_state == 0) {
+    if (atomic_load(&g.stopping) || sbx_now_ms() >= give_up) {
+      s->start_state = -1;
+      sbx_make_error(&s->start_err, ETIMEDOUT, SBX_E_TIMEOUT,
+                     atomic_load(&g.stopping) ? "sbxd is stopping"
+                                              : "the command did not start within 60 s");
+      break;
+    }
     struct timespec ts;
     deadline_in(&ts, 1000);
     pthread_cond_timedwait(&s->cond, &s->lock, &ts);

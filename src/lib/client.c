@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#define OP_TIMEOUT_MS (600 * 1000) /* file and search operations */
+#define OP_TIMEOUT_MS (600 * 1000)   /* file and search operations */
+#define START_TIMEOUT_MS (30 * 1000) /* from an exec request to its STARTED frame */
 
 static int channel_error(int e, const char *what, sbx_error_t *err)
 {
@@ -201,10 +202,11 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     sbx_tlv_free(&w);
     return -1;
   }
-  /* sbx-init enforces the command's timeout; a channel silent well past it is broken */
+  /* Starting is quick: a sandbox silent for 30 s before the command started (frozen, stuck) is
+   * an error even for a command without a deadline. After that, sbx-init enforces the command's
+   * timeout, and a channel silent well past it is broken. */
   uint64_t wait_ms = timeout_ms + 30000;
-  if (!no_timeout)
-    set_timeout(fd, wait_ms > INT32_MAX ? INT32_MAX : (int) wait_ms);
+  set_timeout(fd, START_TIMEOUT_MS);
   int r = send_req(fd, SBX_MSG_EXEC, &w, "exec", err);
   sbx_tlv_free(&w);
   if (r < 0)
@@ -220,6 +222,7 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
       goto fail;
     switch (hdr.type) {
     case SBX_MSG_STARTED: {
+      set_timeout(fd, no_timeout ? 0 : wait_ms > INT32_MAX ? INT32_MAX : (int) wait_ms);
       cleanup_free char *id = NULL;
       sbx_tlv_get_str(p, hdr.len, SBX_T_ID, &id);
       if (o && o->id_out)
