@@ -58,6 +58,8 @@ struct sbx_config {
   /* BoxLite's key: a warm sandbox last used less than this many seconds ago is reclaimed with a
    * ping of its init instead of running `true` (default 0: always run it) */
   double health_check_skip_seconds;
+  /* sandboxes started ahead of time, each taken by the next create (default 0: none) */
+  int spares;
 
   /* opensandbox backend (seed 000) */
   char *api_key;           /* from the file, or OPEN_SANDBOX_API_KEY; never printed */

@@ -69,6 +69,13 @@ SBX_PUBLIC int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err);
 /* One reaper pass: dead sandboxes are cleaned up, warm ones idle longer than idle_timeout are
  * destroyed, leases of dead front-ends lapse. Returns how many sandboxes were removed. */
 SBX_PUBLIC int sbx_gc(sbx_provider_t *p, sbx_error_t *err);
+/* Starts spares (sandboxes made ahead of time, taken by the next create of a sandbox with the
+ * same configuration) until the configured number (`spares`) are there. Each costs a sandbox
+ * start: call it from a background thread or process. Returns how many it started (0 when
+ * another process is filling the same home); -1 on error. */
+SBX_PUBLIC int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err);
+/* How many spares there are (ready or being made): one readdir. */
+SBX_PUBLIC int sbx_spares_ready(sbx_provider_t *p);
 
 SBX_PUBLIC const char *sbx_sandbox_id(const sbx_sandbox_t *sb);
 /* The id of a scope: first 16 hex of sha256("user:thread"). Checks both ids' formats. */

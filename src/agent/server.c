@@ -23,6 +23,7 @@
 
 static atomic_int active_conns;
 static _Atomic uint64_t last_activity_ms;
+static _Atomic uint64_t idle_timeout_ms; /* 0: never expire; SET_IDLE changes it */
 
 int agent_reply_error(struct agent_conn *c, sbx_error_t *err)
 {
@@ -89,6 +90,25 @@ static handler_fn handler_for(uint16_t type)
   }
 }
 
+/* A spare taken as a sandbox without idle expiry (sbxd's) is told so. Lengthening the expiry of
+ * a sandbox started without one is not possible (its timer was never armed): that is refused. */
+static int set_idle(struct agent_conn *c, const char *payload, size_t len)
+{
+  uint64_t ms = 0;
+  sbx_error_t err = NULL;
+  if (sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &ms) <= 0)
+    sbx_make_error(&err, 0, SBX_E_INVALID, "SET_IDLE needs a timeout");
+  else if (ms > 0 && atomic_load(&idle_timeout_ms) == 0)
+    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "this sandbox was started without idle expiry");
+  if (err)
+    return agent_reply_error(c, &err);
+  atomic_store(&idle_timeout_ms, ms);
+  sbx_tlv_writer_t w = {0};
+  int r = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
+  return r;
+}
+
 static void *conn_main(void *arg)
 {
   struct agent_conn c = {.fd = (int) (intptr_t) arg};
@@ -107,6 +127,8 @@ static void *conn_main(void *arg)
       sbx_tlv_free(&w);
     } else if (!sbx_tlv_valid(payload, hdr.len)) {
       break; /* malformed: drop the connection */
+    } else if (hdr.type == SBX_MSG_SET_IDLE) {
+      r = set_idle(&c, payload, hdr.len);
     } else {
       handler_fn h = handler_for(hdr.type);
       if (h == NULL) {
@@ -145,10 +167,11 @@ static void spawn_conn(int fd)
  * lease (a shared flock taken by every front-end that has the sandbox active). */
 static bool expired(const struct sbx_agent_opts *o)
 {
-  if (o->idle_timeout_s <= 0 || atomic_load(&active_conns) > 0)
+  uint64_t limit = atomic_load(&idle_timeout_ms);
+  if (limit == 0 || atomic_load(&active_conns) > 0)
     return false;
   uint64_t idle = sbx_now_ms() - atomic_load(&last_activity_ms);
-  if (idle <= (uint64_t) o->idle_timeout_s * 1000u)
+  if (idle <= limit)
     return false;
   if (o->lease_fd < 0)
     return true;
@@ -172,6 +195,7 @@ int sbx_agent_serve(const struct sbx_agent_opts *o)
   if (sfd < 0 || ep < 0)
     return 1;
   atomic_store(&last_activity_ms, sbx_now_ms());
+  atomic_store(&idle_timeout_ms, o->idle_timeout_s > 0 ? (uint64_t) o->idle_timeout_s * 1000u : 0);
   agent_files_init();
   agent_exec_init(ep);
 

@@ -31,6 +31,9 @@ struct cli_verb {
 
 /* Loads the configuration and opens the pool (with a rate-limited reaper pass). */
 int cli_open(struct cli *c);
+/* After a verb, once c->provider is freed: if spares are configured and missing, starts a
+ * detached process that makes them (the CLI does not wait for it). */
+void cli_refill_spares(struct cli *c, bool missing);
 /* Prints "sbx: <message>" and returns EXIT_OP_ERROR. Releases err. */
 int cli_fail(sbx_error_t *err);
 /* Prints "sbx VERB: <message>" plus a hint and returns EXIT_USAGE. */

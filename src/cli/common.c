@@ -4,11 +4,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GC_INTERVAL_S 10
 
@@ -35,6 +37,33 @@ static void maybe_gc(struct cli *c)
   if (f)
     fclose(f);
   sbx_gc(c->provider, NULL);
+}
+
+void cli_refill_spares(struct cli *c, bool missing)
+{
+  if (!missing)
+    return;
+  /* made here, before the fork: a `down` started after this CLI returns outranks its filler */
+  sbx_provider_t *p = sbx_provider_new(c->home, c->cfg, NULL);
+  if (p == NULL)
+    return;
+  fflush(NULL);
+  /* not waited for: the CLI exits right after, and init (or a subreaper) reaps the filler */
+  if (fork() != 0) {
+    sbx_provider_free(p);
+    return;
+  }
+  /* a session of its own (a ^C meant for the CLI does not stop it half-way) holding none of
+   * our descriptors: whoever reads the CLI's output sees EOF when the CLI exits */
+  setsid();
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+    _exit(1);
+  close_range(3, ~0u, 0);
+  sbx_set_log_handler(NULL, NULL);
+  sbx_spares_fill(p, NULL);
+  sbx_provider_free(p);
+  _exit(0);
 }
 
 int cli_open(struct cli *c)

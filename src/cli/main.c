@@ -90,7 +90,11 @@ int main(int argc, char **argv)
       continue;
     c.verb = verbs[v].name;
     int r = verbs[v].fn(&c, argc - i, argv + i);
-    sbx_provider_free(c.provider);
+    bool missing = c.provider && c.cfg->spares > 0 && strcmp(c.verb, "down") != 0 &&
+                   sbx_spares_ready(c.provider) < c.cfg->spares;
+    sbx_provider_free(c.provider); /* drops every lease before a filler could inherit one */
+    c.provider = NULL;
+    cli_refill_spares(&c, missing);
     sbx_config_free(c.cfg);
     return r;
   }

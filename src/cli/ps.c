@@ -59,6 +59,9 @@ int cmd_ps(struct cli *c, int argc, char **argv)
     }
     json_t *j = json_object();
     json_object_set_new(j, "sandboxes", arr);
+    json_object_set_new(j, "spares",
+                        json_pack("{s:i, s:i}", "ready", sbx_spares_ready(c->provider),
+                                  "configured", c->cfg->spares));
     r = cli_print_json(j);
   } else {
     printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER", "THREAD",
@@ -78,6 +81,9 @@ int cmd_ps(struct cli *c, int argc, char **argv)
              now - v[i].last_used, mem, owners.len ? owners.data : "-");
       sbx_buf_free(&owners);
     }
+    int spares = sbx_spares_ready(c->provider);
+    if (spares > 0 || c->cfg->spares > 0)
+      printf("spares: %d (configured: %d)\n", spares, c->cfg->spares);
   }
   sbx_sandbox_info_free(v, n);
   return r;

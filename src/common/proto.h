@@ -48,6 +48,7 @@ enum sbx_msg {
   SBX_MSG_FIND = 20,
   SBX_MSG_REPLACE = 21,
   SBX_MSG_METRICS = 22,
+  SBX_MSG_SET_IDLE = 23, /* idle expiry from now on: SBX_T_TIMEOUT_MS, 0 = never */
   /* replies and streams */
   SBX_MSG_OK = 100,
   SBX_MSG_ERR = 101,

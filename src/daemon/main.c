@@ -31,6 +31,44 @@ static void usage(FILE *f)
         f);
 }
 
+/* Keeps the configured spares ready (sandbox.spares): woken after each create, else once a
+ * second, which also replaces a spare that died or expired. */
+static pthread_mutex_t spares_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spares_cond = PTHREAD_COND_INITIALIZER;
+static bool spares_kicked;
+
+void sbxd_spares_kick(void)
+{
+  pthread_mutex_lock(&spares_lock);
+  spares_kicked = true;
+  pthread_cond_signal(&spares_cond);
+  pthread_mutex_unlock(&spares_lock);
+}
+
+static void *spares_main(void *arg)
+{
+  (void) arg;
+  while (!atomic_load(&g.stopping)) {
+    sbx_error_t err = NULL;
+    int wait_s = 1;
+    if (sbx_spares_fill(g.admin, &err) < 0) {
+      sbxd_log(SBXD_WARN, "making spares: %s", err ? err->msg : "failed");
+      sbx_error_release(&err);
+      wait_s = 10;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_s;
+    pthread_mutex_lock(&spares_lock);
+    while (!spares_kicked && !atomic_load(&g.stopping))
+      if (pthread_cond_timedwait(&spares_cond, &spares_lock, &until) != 0)
+        break;
+    spares_kicked = false;
+    pthread_mutex_unlock(&spares_lock);
+  }
+  return NULL;
+}
+
 static void raise_nofile(void)
 {
   struct rlimit rl;
@@ -150,6 +188,9 @@ int main(int argc, char **argv)
   }
   free(g.listen);
   g.listen = bound;
+  pthread_t spares_thread;
+  bool spares_running =
+      g.cfg->spares > 0 && pthread_create(&spares_thread, NULL, spares_main, NULL) == 0;
   sbxd_log_json(SBXD_INFO, "listening",
                 json_pack("{s:s,s:s,s:s,s:b}", "address", g.listen, "home", g.home, "version",
                           SBX_VERSION, "auth", g.api_key != NULL));
@@ -158,6 +199,10 @@ int main(int argc, char **argv)
   sigwait(&stop, &sig);
   sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
   atomic_store(&g.stopping, true);
+  if (spares_running) {
+    sbxd_spares_kick();
+    pthread_join(spares_thread, NULL);
+  }
   sbxd_server_stop();
   for (int i = 0; i < 50 && atomic_load(&g.workers) > 0; i++) {
     struct timespec ts = {0, 100 * 1000000};

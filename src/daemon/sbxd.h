@@ -29,6 +29,9 @@
 #define SBXD_MAX_CONNECTIONS 1024
 #define SBXD_PING_INTERVAL_MS 3000
 
+/* main.c: wakes the thread that keeps spares ready (after a create took one) */
+void sbxd_spares_kick(void);
+
 /* ---- logging: JSON lines on stderr ---- */
 enum { SBXD_ERROR, SBXD_WARN, SBXD_INFO, SBXD_DEBUG };
 void sbxd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -114,6 +114,25 @@ int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err)
   return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "ping", err);
 }
 
+int sbx__agent_set_idle(const char *dir, uint64_t idle_ms, sbx_error_t *err)
+{
+  cleanup_close int fd = sbx__agent_connect(dir, err);
+  if (fd < 0)
+    return -1;
+  set_timeout(fd, 10000);
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, idle_ms);
+  int r = send_req(fd, SBX_MSG_SET_IDLE, &w, "set the idle expiry", err);
+  sbx_tlv_free(&w);
+  if (r < 0)
+    return -1;
+  sbx_frame_hdr_t hdr;
+  cleanup_free char *payload = NULL;
+  if (recv_frame(fd, &hdr, &payload, "set the idle expiry", err) < 0)
+    return -1;
+  return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "set the idle expiry", err);
+}
+
 int sbx__agent_health(const char *dir, int timeout_ms, sbx_error_t *err)
 {
   uint64_t deadline = sbx_now_ms() + (uint64_t) timeout_ms;

@@ -23,6 +23,7 @@
 #define CONFIG_MAX_DEPTH 32
 #define SHOW_MAX 64
 #define SECONDS_MAX ((int64_t) INT32_MAX)
+#define SBX_SPARES_MAX 64 /* each spare is a running sandbox (~1 MiB idle) */
 #define MIB_MAX (INT64_MAX >> 20)
 #define CPUS_MAX 1000000
 #define USER_DATA "/mnt/user-data"
@@ -659,6 +660,7 @@ static const struct field sandbox_fields[] = {
     {"home_size_mib", F_U64, OFF(home_size_mib), true, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
+    {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
     {"api_key", F_OPTSTR, OFF(api_key), false, 0, NULL},
     {"domain", F_OPTSTR, OFF(domain), false, 0, NULL},
@@ -1288,6 +1290,7 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
+  sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);
   if (cfg->api_key != NULL)
     sbx_buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);

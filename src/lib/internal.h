@@ -39,7 +39,8 @@ struct sbx_meta {
   sbx_strv_t env;        /* "KEY=VALUE" for every command (sbx_create) */
   uint64_t memory_bytes; /* per-sandbox limits (sbx_create); 0 = configured */
   double cpus;
-  char *extra; /* JSON object kept for front-ends (sbxd: metadata, expiry...) */
+  char *extra;     /* JSON object kept for front-ends (sbxd: metadata, expiry...) */
+  char *spare_key; /* a spare (spares.c): the configuration it was made for */
 };
 
 void sbx_meta_free(struct sbx_meta *m);
@@ -96,6 +97,12 @@ struct sbx_backend_ops {
    * of the scope waits for it): the opensandbox backend copies the outputs home here. user_data
    * is the host thread folder (NULL for a throw-away or managed sandbox). Optional. */
   void (*on_release)(struct sbx_instance *in, const char *user_data);
+
+  /* Makes a spare (a sandbox started ahead of time, src/lib/spares.c), already moved to
+   * in->dir with its backend fields in in->meta, into the sandbox in->meta describes: its name,
+   * user_data (as for create) and, for a managed sandbox, no idle expiry. Optional: a backend
+   * without it gets no spares. */
+  int (*adopt)(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
 
   /* contract */
   int (*exec)(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *opts,
@@ -180,18 +187,42 @@ struct sbx_provider_s {
   pthread_mutex_t lock;
   struct sbx_sandbox_s *held;
   bool shut_down;
+  /* the spare pool: a provider of its own over $home/spare (NULL in the spare pool itself) */
+  struct sbx_provider_s *spares;
+  bool is_spare_pool;
+  double spares_since; /* a `down` after this undoes fills asked for before it (spares.c) */
 };
 
 /* Loads the instance of id (meta + ops) without taking anything. */
 int sbx__instance_load(struct sbx_provider_s *p, const char *id, struct sbx_instance *in,
                        sbx_error_t *err);
 void sbx__instance_free(struct sbx_instance *in);
+/* provider.c, for spares.c: creates id in p (caller holds locks/<id>); destroys whatever is left
+ * of id (caller holds locks/<id>). */
+struct sbx_sandbox_s *sbx__create(struct sbx_provider_s *p, const char *id, const char *user,
+                                  const char *thread, const struct sbx_create_opts *o,
+                                  sbx_error_t *err);
+int sbx__destroy_id(struct sbx_provider_s *p, const char *id, sbx_error_t *err);
+void sbx__handle_free(struct sbx_sandbox_s *sb);
+
+/* ---- spares.c ---- */
+#define SBX_LOCK_FILL "fill"  /* in the spare pool's locks/: held by the one filler */
+#define SBX_DOWN_STAMP "down" /* in the spare pool's locks/: its mtime is the last shutdown */
+/* The configuration a spare made now gets, for the sandbox create would make for o (NULL: a
+ * scope's or a throw-away one); NULL if such a sandbox cannot come from a spare. */
+char *sbx__spare_key(const struct sbx_provider_s *p, const struct sbx_create_opts *o);
+/* Moves a live spare made for `key` from p's spare pool to in->dir (which must not exist) and
+ * copies its backend fields into in->meta. Caller holds locks/<id>. false: none ready. */
+bool sbx__spare_take(struct sbx_provider_s *p, const char *key, struct sbx_instance *in);
+
 /* Called by the contract layer when an operation hit a terminal error. */
 void sbx__sandbox_broken(sbx_sandbox_t *sb);
 
 /* ---- agent client (client.c): the contract over sbx-init's protocol, for local backends ---- */
 int sbx__agent_connect(const char *dir, sbx_error_t *err);
 int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err);
+/* Changes the sandbox's idle expiry (sbx-init's own; 0: never). */
+int sbx__agent_set_idle(const char *dir, uint64_t idle_ms, sbx_error_t *err);
 int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
                     struct sbx_exec_result *res, sbx_error_t *err);
 /* Runs `true` within timeout_ms in all (connect, spawn, answer): the reclaim health check. */

@@ -46,12 +46,11 @@ const char *sbx_state_name(int state)
   }
 }
 
-sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg, sbx_error_t *err)
+/* A provider over home (created if missing); with its spare pool over home/spare unless it is
+ * one. */
+static struct sbx_provider_s *provider_new(const char *home, const struct sbx_config *cfg,
+                                           bool spare_pool, sbx_error_t *err)
 {
-  if (home == NULL || *home == '\0')
-    home = getenv("SBX_HOME");
-  if (home == NULL || *home == '\0')
-    home = ".sbx";
   if (sbx_mkdir_p(home, 0700) < 0)
     return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", home), NULL;
   char real[PATH_MAX];
@@ -73,8 +72,27 @@ sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
     return NULL;
   }
   p->home = xstrdup(real);
+  p->is_spare_pool = spare_pool;
+  p->spares_since = sbx_realtime_sec();
   pthread_mutex_init(&p->lock, NULL);
+  if (!spare_pool) {
+    cleanup_free char *spare_home = xasprintf("%s/spare", real);
+    p->spares = provider_new(spare_home, cfg, true, err);
+    if (p->spares == NULL) {
+      sbx_provider_free(p);
+      return NULL;
+    }
+  }
   return p;
+}
+
+sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg, sbx_error_t *err)
+{
+  if (home == NULL || *home == '\0')
+    home = getenv("SBX_HOME");
+  if (home == NULL || *home == '\0')
+    home = ".sbx";
+  return provider_new(home, cfg, false, err);
 }
 
 const char *sbx_provider_home(const sbx_provider_t *p)
@@ -131,7 +149,7 @@ static int instance_destroy(struct sbx_instance *in, sbx_error_t *err)
 }
 
 /* Destroys whatever is left of id (dead, half-made or live). Caller holds locks/<id>. */
-static int destroy_id(struct sbx_provider_s *p, const char *id, sbx_error_t *err)
+int sbx__destroy_id(struct sbx_provider_s *p, const char *id, sbx_error_t *err)
 {
   struct sbx_instance in;
   sbx_error_t lerr = NULL;
@@ -165,7 +183,7 @@ static void held_remove(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
     }
 }
 
-static void handle_free(struct sbx_sandbox_s *sb)
+void sbx__handle_free(struct sbx_sandbox_s *sb)
 {
   if (sb->lease_fd >= 0)
     close(sb->lease_fd);
@@ -235,7 +253,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
         continue;
       if (!sbx_lease_held(p->home, warm[i].id)) {
         sbx_error_t derr = NULL;
-        if (destroy_id(p, warm[i].id, &derr) < 0) {
+        if (sbx__destroy_id(p, warm[i].id, &derr) < 0) {
           sbx_log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
           sbx_error_release(&derr);
         } else {
@@ -260,16 +278,31 @@ static int health_check(struct sbx_instance *in, sbx_error_t *err)
   return in->ops->health(in, (int) in->cfg->health_check_timeout, err);
 }
 
+/* Forgets the backend's fields of a meta (a spare that could not be adopted was destroyed). */
+static void meta_forget_backend(struct sbx_meta *m)
+{
+  m->pid = 0;
+  m->pid_start = 0;
+  free(m->cgroups);
+  free(m->remote_id);
+  free(m->backend_json);
+  m->cgroups = m->remote_id = m->backend_json = NULL;
+}
+
 /* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
  * locks/<id>. The replica cap is decided under locks/pool, which is held only until the new
  * sandbox is registered (its folder and lease exist, so the next creator counts it): launches
- * run in parallel. Managed sandboxes are outside the cap and skip the pool lock. */
-static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, const char *user,
-                                    const char *thread, const struct sbx_create_opts *o,
-                                    sbx_error_t *err)
+ * run in parallel. Managed sandboxes are outside the cap and skip the pool lock, and so do
+ * spares (p is the spare pool; they have a cap of their own, `spares`).
+ *
+ * A ready spare made for the same configuration is taken instead of launching when there is
+ * one: its folder is renamed to id's and the backend adopts it (a name, the user-data folder). */
+struct sbx_sandbox_s *sbx__create(struct sbx_provider_s *p, const char *id, const char *user,
+                                  const char *thread, const struct sbx_create_opts *o,
+                                  sbx_error_t *err)
 {
   int pool = -1;
-  if (o == NULL) {
+  if (o == NULL && !p->is_spare_pool) {
     pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
     if (pool < 0)
       return NULL;
@@ -300,7 +333,14 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     in->n_extra_mounts = o->n_mounts;
   }
   cleanup_free char *user_data = NULL;
-  if (mkdir(in->dir, 0700) < 0 && errno != EEXIST) {
+  bool adopted = false;
+  if (p->is_spare_pool) {
+    in->meta.spare_key = sbx__spare_key(p, NULL);
+  } else if (p->spares && p->cfg->spares > 0 && p->ops->adopt) {
+    cleanup_free char *key = sbx__spare_key(p, o);
+    adopted = key && sbx__spare_take(p, key, in);
+  }
+  if (!adopted && mkdir(in->dir, 0700) < 0 && errno != EEXIST) {
     sbx_make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
     goto fail;
   }
@@ -310,6 +350,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   sb->lease_fd = sbx_lease_take(p->home, id, err);
   if (sb->lease_fd < 0)
     goto fail;
+  if (adopted)
+    sbx_lease_touch(p->home, id, sb->lease_fd); /* the spare's lease file dates from its start */
   if (pool >= 0)
     close(steal_fd(&pool));
   if (thread) {
@@ -332,6 +374,16 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   }
   if (user_data == NULL)
     goto fail;
+  if (adopted) {
+    sbx_error_t aerr = NULL;
+    if (p->ops->adopt(in, user_data, &aerr) == 0)
+      return sb; /* its meta was written complete above */
+    sbx_log(SBX_LOG_WARNING, "sandbox %s: adopting a spare failed (%s); launching a new one", id,
+            aerr->msg);
+    sbx_error_release(&aerr);
+    p->ops->destroy(in, NULL);
+    meta_forget_backend(&in->meta);
+  }
   if (p->ops->create(in, user_data, err) < 0)
     goto fail;
   in->extra_mounts = NULL;
@@ -343,7 +395,7 @@ fail:
   if (err && *err)
     sbx_error_wrap(err, "create sandbox %s", id);
   instance_destroy(in, NULL);
-  handle_free(sb);
+  sbx__handle_free(sb);
   if (pool >= 0)
     close(pool);
   return NULL;
@@ -360,13 +412,13 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     bool missing = lerr->kind == SBX_E_NOT_FOUND;
     sbx_error_release(&lerr);
     if (!missing)
-      destroy_id(p, id, NULL); /* half-made by a crashed process */
+      sbx__destroy_id(p, id, NULL); /* half-made by a crashed process */
     else {
       cleanup_free char *dir = sbx_state_dir(p->home, id);
       if (access(dir, F_OK) == 0)
-        destroy_id(p, id, NULL);
+        sbx__destroy_id(p, id, NULL);
     }
-    return create(p, id, user, thread, NULL, err);
+    return sbx__create(p, id, user, thread, NULL, err);
   }
   if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
       strcmp(in.meta.thread, thread) != 0) {
@@ -381,7 +433,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     sbx_log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
     instance_destroy(&in, NULL);
     sbx__instance_free(&in);
-    return create(p, id, user, thread, NULL, err);
+    return sbx__create(p, id, user, thread, NULL, err);
   }
   bool active = sbx_lease_held(p->home, id);
   if (!active && !in.meta.paused) {
@@ -396,14 +448,14 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
       sbx_error_release(&herr);
       instance_destroy(&in, NULL);
       sbx__instance_free(&in);
-      return create(p, id, user, thread, NULL, err);
+      return sbx__create(p, id, user, thread, NULL, err);
     }
   }
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->in = in;
   sb->lease_fd = sbx_lease_take(p->home, id, err);
   if (sb->lease_fd < 0) {
-    handle_free(sb);
+    sbx__handle_free(sb);
     return NULL;
   }
   sbx_lease_touch(p->home, id, sb->lease_fd);
@@ -436,7 +488,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   }
   if (have) { /* broken: it was evicted; drop the handle and start over */
     held_remove(p, have);
-    handle_free(have);
+    sbx__handle_free(have);
   }
   pthread_mutex_unlock(&p->lock);
 
@@ -450,7 +502,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   if (have && !have->broken)
     sb = have;
   else if (thread == NULL)
-    sb = create(p, id, user, NULL, NULL, err);
+    sb = sbx__create(p, id, user, NULL, NULL, err);
   else
     sb = reclaim_or_create(p, id, user, thread, err);
   if (sb && sb != have) {
@@ -458,7 +510,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
     if (p->shut_down) {
       pthread_mutex_unlock(&p->lock);
       instance_destroy(&sb->in, NULL);
-      handle_free(sb);
+      sbx__handle_free(sb);
       close(lock);
       return sbx_make_error(err, 0, SBX_E_SHUTDOWN,
                             "the sandbox provider was shut down during acquire"),
@@ -519,7 +571,7 @@ int sbx_release(sbx_provider_t *p, const char *id, sbx_error_t *err)
   if (sb == NULL)
     return 0; /* unknown id: nothing to do */
   int r = park(p, sb, true, err);
-  handle_free(sb);
+  sbx__handle_free(sb);
   return r;
 }
 
@@ -562,7 +614,7 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
   int lock = sbx_lock_take(p->home, id, true, false, err);
   if (lock < 0)
     return NULL;
-  struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
+  struct sbx_sandbox_s *sb = sbx__create(p, id, "default", NULL, o ? o : &none, err);
   close(lock);
   if (sb)
     hold(p, sb);
@@ -590,21 +642,21 @@ sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
     return sbx_make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
   }
   if (!sb->in.ops->alive(&sb->in)) {
-    handle_free(sb);
+    sbx__handle_free(sb);
     close(lock);
     return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s is not running", id), NULL;
   }
   sb->lease_fd = sbx_lease_take(p->home, id, err);
   close(lock);
   if (sb->lease_fd < 0) {
-    handle_free(sb);
+    sbx__handle_free(sb);
     return NULL;
   }
   pthread_mutex_lock(&p->lock);
   have = held_find(p, id);
   if (have && !have->broken) { /* another thread opened it meanwhile */
     pthread_mutex_unlock(&p->lock);
-    handle_free(sb);
+    sbx__handle_free(sb);
     return have;
   }
   sb->next = p->held;
@@ -725,14 +777,14 @@ int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
     held_remove(p, sb);
   pthread_mutex_unlock(&p->lock);
   if (sb)
-    handle_free(sb);
+    sbx__handle_free(sb);
   cleanup_free char *dir = sbx_state_dir(p->home, id);
   if (access(dir, F_OK) < 0)
     return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id);
   int lock = sbx_lock_take(p->home, id, true, false, err);
   if (lock < 0)
     return -1;
-  int r = destroy_id(p, id, err);
+  int r = sbx__destroy_id(p, id, err);
   close(lock);
   return r;
 }
@@ -756,7 +808,7 @@ int sbx_reset(sbx_provider_t *p, sbx_error_t *err)
         sbx_error_release(&e);
       r = -1;
     }
-    handle_free(sb);
+    sbx__handle_free(sb);
   }
   return r;
 }
@@ -770,17 +822,29 @@ int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err)
   pthread_mutex_unlock(&p->lock);
   while (sb) {
     struct sbx_sandbox_s *next = sb->next;
-    handle_free(sb);
+    sbx__handle_free(sb);
     sb = next;
   }
+  int r = 0;
+  if (p->spares && sbx_shutdown(p->spares, err) < 0)
+    r = -1;
+  /* Fillers asked for before now must not start (the stamp), and one at work (another
+   * process) finishes its round first (the lock): either would leave spares behind. */
+  if (p->is_spare_pool) {
+    cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, p->home);
+    cleanup_close int fd = open(stamp, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || futimens(fd, NULL) < 0)
+      sbx_log(SBX_LOG_WARNING, "shutdown: stamp `%s`: %s", stamp, strerror(errno));
+  }
+  cleanup_close int fill =
+      p->is_spare_pool ? sbx_lock_take(p->home, SBX_LOCK_FILL, true, false, NULL) : -1;
   sbx_strv_t ids = {0};
   if (sbx_state_list_ids(p->home, &ids, err) < 0)
     return -1;
-  int r = 0;
   for (size_t i = 0; i < ids.n; i++) {
     int lock = sbx_lock_take(p->home, ids.v[i], true, false, NULL);
     sbx_error_t e = NULL;
-    if (destroy_id(p, ids.v[i], &e) < 0) {
+    if (sbx__destroy_id(p, ids.v[i], &e) < 0) {
       sbx_log(SBX_LOG_WARNING, "shutdown: %s", e->msg);
       if (err && *err == NULL)
         *err = e;
@@ -812,7 +876,7 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
     if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
       sbx_error_release(&lerr);
       why = "half-made";
-      destroy_id(p, ids.v[i], NULL);
+      sbx__destroy_id(p, ids.v[i], NULL);
     } else {
       if (!in.ops->alive(&in))
         why = "dead";
@@ -830,7 +894,11 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
     close(lock);
   }
   sbx_strv_free(&ids);
-  if (p->ops->sweep)
+  if (p->spares) {
+    int r = sbx_gc(p->spares, NULL);
+    removed += r > 0 ? r : 0;
+  }
+  if (p->ops->sweep && !p->is_spare_pool)
     p->ops->sweep();
   return removed;
 }
@@ -891,6 +959,7 @@ void sbx_provider_free(sbx_provider_t *p)
   if (p == NULL)
     return;
   sbx_reset(p, NULL);
+  sbx_provider_free(p->spares);
   pthread_mutex_destroy(&p->lock);
   sbx_config_free(p->owned_cfg);
   free(p->home);

@@ -22,6 +22,7 @@ void sbx_meta_free(struct sbx_meta *m)
   free(m->remote_id);
   free(m->backend_json);
   free(m->extra);
+  free(m->spare_key);
   sbx_strv_free(&m->env);
   memset(m, 0, sizeof *m);
 }
@@ -61,6 +62,7 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   m->image = dup_json_str(o, "image");
   m->cgroups = dup_json_str(o, "cgroups");
   m->remote_id = dup_json_str(o, "remote_id");
+  m->spare_key = dup_json_str(o, "spare_key");
   json_t *bd = json_object_get(o, "backend_data");
   if (json_is_object(bd))
     m->backend_json = json_dumps(bd, JSON_COMPACT | JSON_SORT_KEYS);
@@ -112,6 +114,8 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
     json_object_set_new(o, "cgroups", json_string(m->cgroups));
   if (m->remote_id)
     json_object_set_new(o, "remote_id", json_string(m->remote_id));
+  if (m->spare_key)
+    json_object_set_new(o, "spare_key", json_string(m->spare_key));
   if (m->backend_json) {
     json_t *bd = json_loads(m->backend_json, 0, NULL);
     if (json_is_object(bd))

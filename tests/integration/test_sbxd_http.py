@@ -1055,3 +1055,56 @@ def test_sandbox_death_mid_stream(sbxd):
     out, _ = other.run("echo alive")
     assert out == ["alive"]
     assert s.req("GET", "/health").status == 200
+
+
+def spare_metas(home):
+    d = os.path.join(str(home), "spare", "sandboxes")
+    out = {}
+    for sid in os.listdir(d) if os.path.isdir(d) else []:
+        try:
+            with open(os.path.join(d, sid, "meta")) as f:
+                m = json.load(f)
+            if m.get("pid", 0) > 0:
+                out[sid] = m
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def test_spares_make_creates_fast_and_keep_managed_semantics(sbxd, tmp_path):
+    """sandbox.spares: sbxd keeps spares ready; a create takes one, which then has the limits
+    asked for and no idle expiry (a managed sandbox lives by its own timeout only)."""
+    s = sbxd(config="sandbox:\n  spares: 2\n  idle_timeout: 1\n")
+    deadline = time.time() + 20
+    while time.time() < deadline and len(spare_metas(s.home)) < 2:
+        time.sleep(0.05)
+    before = spare_metas(s.home)
+    assert len(before) == 2
+    time.sleep(0.3)  # both spares' creators are done (the filler runs one at a time)
+    sb = s.create(resourceLimits={"cpu": "0.5", "memory": "256Mi"})
+    [box] = [x for x in sbx_ps(s.home) if x["id"] == sb.id]
+    assert box["pid"] in [m["pid"] for m in before.values()]
+    with open(os.path.join(s.home, "sandboxes", sb.id, "meta")) as f:
+        cgroups = dict(l.split("=", 1) for l in json.load(f)["cgroups"].splitlines())
+    if "memory" in cgroups and os.path.exists(cgroups["memory"] + "/memory.limit_in_bytes"):
+        with open(cgroups["memory"] + "/memory.limit_in_bytes") as f:
+            assert int(f.read()) == 256 << 20
+    if "cpu" in cgroups and os.path.exists(cgroups["cpu"] + "/cpu.cfs_quota_us"):
+        with open(cgroups["cpu"] + "/cpu.cfs_quota_us") as f:
+            assert int(f.read()) == 50000
+    out, end = sb.run("hostname; ls /mnt/user-data")
+    assert out == ["sbx-" + sb.id, "outputs", "uploads", "workspace"], out
+    sb.write("/mnt/user-data/workspace/a.txt", b"data")
+    assert os.path.exists(os.path.join(s.home, "sandboxes", sb.id, "user-data/workspace/a.txt"))
+    # refilled in the background
+    deadline = time.time() + 20
+    while time.time() < deadline and len(spare_metas(s.home)) < 2:
+        time.sleep(0.05)
+    assert len(spare_metas(s.home)) == 2
+    # idle_timeout (1 s) applies to spares and scopes, never to a managed sandbox
+    time.sleep(3.5)
+    assert alive(box["pid"])
+    out, _ = sb.run("echo still")
+    assert out == ["still"]
+    assert s.req("DELETE", "/v1/sandboxes/" + sb.id).status == 204
+    assert not os.path.exists(os.path.join(s.home, "sandboxes", sb.id))

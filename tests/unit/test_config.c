@@ -70,6 +70,7 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_int_equal(cfg->home_size_mib, 256);
   assert_int_equal(cfg->health_check_timeout, 10);
   assert_true(cfg->health_check_skip_seconds == 0);
+  assert_int_equal(cfg->spares, 0);
   assert_null(cfg->api_key);
   assert_string_equal(cfg->domain, "localhost:8080");
   assert_string_equal(cfg->protocol, "http");
@@ -294,6 +295,18 @@ static void test_unknown_key(void **state)
   assert_null(sbx_config_load_string("t.yaml", neg, strlen(neg), &err));
   assert_non_null(err);
   sbx_error_release(&err);
+  /* spares: 0 (default) to 64 */
+  const char *spares = "sandbox:\n  spares: 4\n";
+  cfg = sbx_config_load_string("t.yaml", spares, strlen(spares), NULL);
+  assert_non_null(cfg);
+  assert_int_equal(cfg->spares, 4);
+  sbx_config_free(cfg);
+  expect_error("sandbox:\n  spares: 65\n",
+               "t.yaml:2: sandbox.spares: must be at most 64, got '65'");
+  expect_error("sandbox:\n  spares: -1\n",
+               "t.yaml:2: sandbox.spares: must be non-negative, got '-1'");
+  expect_error("sandbox:\n  spares: two\n",
+               "t.yaml:2: sandbox.spares: expected an integer, got 'two'");
 }
 
 static void test_wrong_type(void **state)

@@ -229,6 +229,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
+    .adopt = sbx_linux_adopt,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,
     .read_text = sbx__agent_read_text,

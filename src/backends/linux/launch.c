@@ -54,7 +54,7 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
                        int lease_fd)
 {
   sbx_error_t err = NULL;
-  cleanup_free char *hostname = xasprintf("sbx-%s", s->id);
+  cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, s->id);
   if (sethostname(hostname, strlen(hostname)) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
     child_fail(sync_w, &err);

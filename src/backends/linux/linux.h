@@ -14,6 +14,10 @@
 #define SBX_UID_BASE 100000u /* host id of the sandbox's root */
 #define SBX_UID_COUNT 65536u
 #define SBX_MSG_LAUNCH 200 /* libsbx -> launcher: the launch spec */
+/* the sandbox's name inside (launch, and adopt.c when a spare takes a new id) */
+#define SBX_HOSTNAME_FMT "sbx-%s"
+#define SBX_ETC_HOSTS_FMT                                                                          \
+  "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsbx-%s\n"
 
 struct sbx_launch_mount {
   char *host;
@@ -37,6 +41,10 @@ struct sbx_launch_spec {
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
 };
+
+/* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
+struct sbx_instance;
+int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
 
 void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
 int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);

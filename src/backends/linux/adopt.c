@@ -1,0 +1,140 @@
+/* Adopting a spare (src/lib/spares.c): a sandbox started ahead of time under a spare's name
+ * becomes the sandbox in->meta describes. Its hostname, /etc/hostname and /etc/hosts take the
+ * new id; the host folder for /mnt/user-data replaces the spare's private tmpfs there (unless
+ * the new sandbox is a throw-away one, which keeps it); limits asked for by sbx_create are set
+ * on its cgroup; a managed sandbox loses the idle expiry.
+ *
+ * This is done from the host side, as host root, by a short-lived child that enters the
+ * sandbox's mount and UTS namespaces. Both belong to the host's user namespace (the launcher
+ * made them before the sandbox's own user namespace), so nothing inside can undo the change,
+ * and nothing inside runs yet but sbx-init: the moment / is writable again is not observable.
+ * The user-data folder travels as a detached mount (open_tree) made in the host's namespace,
+ * so no host path is resolved inside the sandbox. */
+#include "linux.h"
+#include "../../lib/internal.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ADOPT_STACK (64u << 10)
+
+struct adopt_job {
+  int pidfd;   /* the sandbox's PID 1 */
+  int tree_fd; /* the user-data folder, detached; -1 to keep the spare's tmpfs */
+  const char *hostname, *etc_hostname, *etc_hosts;
+  const char *step; /* what failed, with err */
+  int err;
+};
+
+static int write_small(const char *path, const char *data)
+{
+  int fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  size_t len = strlen(data);
+  ssize_t n = write(fd, data, len);
+  int saved = errno;
+  close(fd);
+  errno = n == (ssize_t) len ? 0 : n < 0 ? saved : EIO;
+  return errno ? -1 : 0;
+}
+
+/* Runs in a vfork-like child (shared memory, its own fs_struct, as setns requires): system
+ * calls only. */
+static int adopt_child(void *arg)
+{
+  struct adopt_job *j = arg;
+  struct mount_attr rw = {.attr_clr = MOUNT_ATTR_RDONLY};
+  struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
+  j->step = "enter the sandbox's mount and UTS namespaces";
+  if (setns(j->pidfd, CLONE_NEWNS | CLONE_NEWUTS) < 0)
+    goto fail;
+  j->step = "set the hostname";
+  if (sethostname(j->hostname, strlen(j->hostname)) < 0)
+    goto fail;
+  if (j->tree_fd >= 0) {
+    j->step = "unmount the spare's /mnt/user-data";
+    if (umount2("/mnt/user-data", MNT_DETACH) < 0)
+      goto fail;
+    j->step = "mount the user-data folder on /mnt/user-data";
+    if (move_mount(j->tree_fd, "", AT_FDCWD, "/mnt/user-data", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      goto fail;
+  }
+  j->step = "make / writable";
+  if (mount_setattr(AT_FDCWD, "/", 0, &rw, sizeof rw) < 0)
+    goto fail;
+  int wrote = write_small("/etc/hostname", j->etc_hostname) == 0 &&
+              write_small("/etc/hosts", j->etc_hosts) == 0;
+  int saved = errno;
+  j->step = "make / read-only again";
+  if (mount_setattr(AT_FDCWD, "/", 0, &ro, sizeof ro) < 0)
+    goto fail;
+  if (!wrote) {
+    errno = saved;
+    j->step = "write /etc/hostname and /etc/hosts";
+    goto fail;
+  }
+  return 0;
+fail:
+  j->err = errno;
+  return 1;
+}
+
+int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
+{
+  const char *id = in->meta.id;
+  cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
+  /* pid reuse: the pidfd names the process whose start time still matches */
+  if (pidfd < 0 || sbx_proc_start_time(in->meta.pid) != in->meta.pid_start)
+    return sbx_make_error(err, pidfd < 0 ? errno : ESRCH, SBX_E_BACKEND,
+                          "sandbox %s: the spare's init is gone", id);
+  cleanup_close int tree = -1;
+  if (user_data && *user_data) {
+    tree =
+        open_tree(AT_FDCWD, user_data, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    if (tree < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
+                            user_data);
+  }
+  cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, id);
+  cleanup_free char *etc_hostname = xasprintf(SBX_HOSTNAME_FMT "\n", id);
+  cleanup_free char *etc_hosts = xasprintf(SBX_ETC_HOSTS_FMT, id);
+  struct adopt_job job = {.pidfd = pidfd,
+                          .tree_fd = tree,
+                          .hostname = hostname,
+                          .etc_hostname = etc_hostname,
+                          .etc_hosts = etc_hosts};
+  cleanup_free char *stack = xmalloc(ADOPT_STACK);
+  /* CLONE_VFORK: we resume once the child is done; CLONE_VM: it writes job.step/err for us */
+  pid_t child = clone(adopt_child, stack + ADOPT_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &job);
+  if (child < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "sandbox %s: start the adopting child", id);
+  int status = 0;
+  if (TEMP_FAILURE_RETRY(waitpid(child, &status, 0)) < 0 || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return sbx_make_error(err, job.err, SBX_E_INTERNAL, "sandbox %s: adopt the spare: %s", id,
+                          job.step ? job.step : "the child died");
+  /* a spare has the configured limits; sbx_create may ask for others */
+  if (in->meta.memory_bytes || in->meta.cpus > 0) {
+    uint64_t memory = in->meta.memory_bytes ? in->meta.memory_bytes : in->cfg->memory_mib << 20;
+    double cpus = in->meta.cpus > 0 ? in->meta.cpus : in->cfg->cpus;
+    struct sbx_cgroup cg = {0};
+    int r = in->meta.cgroups ? sbx_cgroup_parse(in->meta.cgroups, &cg) : -1;
+    if (r == 0)
+      r = sbx_cgroup_set_limits(&cg, memory, (uint64_t) (cpus * 1000.0 + 0.5), err);
+    else
+      sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s: the spare has no cgroup", id);
+    sbx_cgroup_free(&cg);
+    if (r < 0)
+      return -1;
+  }
+  if (in->meta.managed && sbx__agent_set_idle(in->dir, 0, err) < 0)
+    return -1;
+  return 0;
+}

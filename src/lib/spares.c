@@ -1,0 +1,183 @@
+/* Spares: sandboxes started ahead of time, so that a create is a rename and a few mount calls
+ * instead of a launch (configuration key `spares`, docs/lifecycle.md).
+ *
+ * The spare pool is a pool of its own over $home/spare (same layout: sandboxes/, locks/), held
+ * by the provider as p->spares. A spare is a throw-away sandbox made for one configuration
+ * (meta spare_key: backend, image, pids, network, /tmp and home sizes, mounts). Taking one, under
+ * the new sandbox's own lock: lock the spare (skipping busy ones), check it is alive and made for
+ * the configuration wanted, rename its folder to the new id's (atomic; RENAME_NOREPLACE), then the
+ * backend adopts it (ops->adopt: its name, the user-data folder). Filling runs the ordinary create
+ * in the spare pool under locks/fill, so one filler per home works at a time; front-ends run it in
+ * the background (sbxd: a thread; the CLI: a detached process after a verb that took one).
+ *
+ * `down` (sbx_shutdown) stamps spare/locks/down first: a fill asked for before it (the CLI's
+ * detached filler of the verb before) does nothing, one already running is waited for.
+ *
+ * Spares are outside the replica cap and are idle-reaped like warm sandboxes (gc, and their
+ * init's own idle expiry), so an idle host drops back to none; the next fill makes them again. */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+char *sbx__spare_key(const struct sbx_provider_s *p, const struct sbx_create_opts *o)
+{
+  const struct sbx_config *c = p->cfg;
+  const char *image = c->image ? c->image : "host";
+  /* a spare has no extra mounts; memory and CPU limits are set when it is adopted */
+  if (o && o->n_mounts)
+    return NULL;
+  if (o && o->image)
+    image = o->image;
+  sbx_buf_t b = {0};
+  sbx_buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", p->ops->name, image,
+                 (long long) c->pids, c->network ? c->network : "none",
+                 (unsigned long long) c->tmp_size_mib, (unsigned long long) c->home_size_mib);
+  for (size_t i = 0; i < c->n_mounts; i++) {
+    /* adopting replaces the mount on /mnt/user-data, and everything under it */
+    if (strncmp(c->mounts[i].container_path, "/mnt/user-data", 14) == 0) {
+      sbx_buf_free(&b);
+      return NULL;
+    }
+    sbx_buf_printf(&b, " mount=%s:%s:%s", c->mounts[i].host_path, c->mounts[i].container_path,
+                   c->mounts[i].read_only ? "ro" : "rw");
+  }
+  return sbx_buf_steal(&b);
+}
+
+/* Is spare `id` of pool sp alive and made for key? Destroys it if it is dead or made for another
+ * configuration. Caller holds sp's locks/<id>. */
+static bool spare_usable(struct sbx_provider_s *sp, const char *id, const char *key,
+                         struct sbx_meta *out)
+{
+  struct sbx_instance in;
+  sbx_error_t lerr = NULL;
+  if (sbx__instance_load(sp, id, &in, &lerr) < 0) {
+    sbx_error_release(&lerr);
+    return false; /* half-made: gc's business */
+  }
+  bool ok = in.meta.spare_key && strcmp(in.meta.spare_key, key) == 0 && in.ops->alive(&in) &&
+            !sbx_lease_held(sp->home, id);
+  if (!ok && !sbx_lease_held(sp->home, id)) {
+    sbx_log(SBX_LOG_INFO, "removing spare %s (%s)", id,
+            in.ops->alive(&in) ? "made for another configuration" : "dead");
+    sbx__instance_free(&in);
+    sbx__destroy_id(sp, id, NULL);
+    return false;
+  }
+  if (ok && out) {
+    *out = in.meta;
+    memset(&in.meta, 0, sizeof in.meta);
+  }
+  sbx__instance_free(&in);
+  return ok;
+}
+
+bool sbx__spare_take(struct sbx_provider_s *p, const char *key, struct sbx_instance *in)
+{
+  struct sbx_provider_s *sp = p->spares;
+  sbx_strv_t ids = {0};
+  if (sp == NULL || sbx_state_list_ids(sp->home, &ids, NULL) < 0)
+    return false;
+  bool taken = false;
+  for (size_t i = 0; i < ids.n && !taken; i++) {
+    int lock = sbx_lock_take(sp->home, ids.v[i], true, true, NULL);
+    if (lock < 0)
+      continue; /* being made, taken or reaped by someone else */
+    struct sbx_meta m;
+    if (spare_usable(sp, ids.v[i], key, &m)) {
+      cleanup_free char *from = sbx_state_dir(sp->home, ids.v[i]);
+      if (renameat2(AT_FDCWD, from, AT_FDCWD, in->dir, RENAME_NOREPLACE) == 0) {
+        in->meta.pid = m.pid;
+        in->meta.pid_start = m.pid_start;
+        in->meta.cgroups = m.cgroups;
+        in->meta.remote_id = m.remote_id;
+        in->meta.backend_json = m.backend_json;
+        m.cgroups = m.remote_id = m.backend_json = NULL;
+        taken = true;
+        sbx_log(SBX_LOG_DEBUG, "sandbox %s: took spare %s", in->meta.id, ids.v[i]);
+      } else {
+        sbx_log(SBX_LOG_WARNING, "take spare %s as %s: %s", ids.v[i], in->meta.id, strerror(errno));
+      }
+      sbx_meta_free(&m);
+    }
+    close(lock);
+  }
+  sbx_strv_free(&ids);
+  return taken;
+}
+
+/* Spares of sp made for key, alive or being made; dead and stale ones are removed. */
+static int spares_count(struct sbx_provider_s *sp, const char *key)
+{
+  sbx_strv_t ids = {0};
+  if (sbx_state_list_ids(sp->home, &ids, NULL) < 0)
+    return 0;
+  int n = 0;
+  for (size_t i = 0; i < ids.n; i++) {
+    int lock = sbx_lock_take(sp->home, ids.v[i], true, true, NULL);
+    if (lock < 0) {
+      n++; /* busy: being made (or taken, then it is gone next time) */
+      continue;
+    }
+    n += spare_usable(sp, ids.v[i], key, NULL);
+    close(lock);
+  }
+  sbx_strv_free(&ids);
+  return n;
+}
+
+int sbx_spares_ready(sbx_provider_t *p)
+{
+  sbx_strv_t ids = {0};
+  if (p->spares == NULL || sbx_state_list_ids(p->spares->home, &ids, NULL) < 0)
+    return 0;
+  int n = (int) ids.n;
+  sbx_strv_free(&ids);
+  return n;
+}
+
+int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err)
+{
+  struct sbx_provider_s *sp = p->spares;
+  if (sp == NULL || p->cfg->spares <= 0 || p->ops->adopt == NULL || p->shut_down)
+    return 0;
+  int fill = sbx_lock_take(sp->home, SBX_LOCK_FILL, true, true, NULL);
+  if (fill < 0)
+    return 0; /* another process is filling */
+  /* a `down` since this was asked for (since the provider was made, or the last call) wins */
+  double since = p->spares_since;
+  p->spares_since = sbx_realtime_sec();
+  cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, sp->home);
+  struct stat st;
+  if (stat(stamp, &st) == 0 &&
+      (double) st.st_mtim.tv_sec + (double) st.st_mtim.tv_nsec / 1e9 >= since) {
+    close(fill);
+    return 0;
+  }
+  cleanup_free char *key = sbx__spare_key(sp, NULL);
+  int have = spares_count(sp, key), made = 0, r = 0;
+  while (have < p->cfg->spares && !p->shut_down) {
+    char id[SBX_ID_LEN + 1];
+    sbx_random_hex(id, SBX_ID_LEN);
+    int lock = sbx_lock_take(sp->home, id, true, false, err);
+    if (lock < 0) {
+      r = -1;
+      break;
+    }
+    struct sbx_sandbox_s *sb = sbx__create(sp, id, "default", NULL, NULL, err);
+    close(lock);
+    if (sb == NULL) {
+      r = -1;
+      break;
+    }
+    sbx__handle_free(sb); /* drops the lease: a ready spare is an unleased one */
+    have++;
+    made++;
+  }
+  close(fill);
+  return r < 0 ? -1 : made;
+}
