@@ -52,6 +52,8 @@ int sbx_state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err);
 /* Opens (creating) and flocks $home/locks/<name>. nonblock: -1 with EWOULDBLOCK if busy. */
 int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
                   sbx_error_t *err);
+/* Removes the lock file (its sandbox is gone) and releases it: for an exclusive lock only. */
+void sbx_lock_drop(const char *home, const char *name, int fd);
 /* Lease handling on $dir/lease: take a shared lease (returns the fd), and test whether anyone
  * holds one. */
 int sbx_lease_take(const char *home, const char *id, sbx_error_t *err);

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "text.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
@@ -258,10 +259,12 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
           sbx_error_release(&derr);
         } else {
           sbx_log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
+          sbx_lock_drop(p->home, warm[i].id, steal_fd(&fd));
         }
         evicted = true;
       }
-      close(fd);
+      if (fd >= 0)
+        close(fd);
     }
     if (!evicted)
       sbx_log(SBX_LOG_WARNING,
@@ -785,7 +788,10 @@ int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
   if (lock < 0)
     return -1;
   int r = sbx__destroy_id(p, id, err);
-  close(lock);
+  if (r == 0)
+    sbx_lock_drop(p->home, id, lock);
+  else
+    close(lock);
   return r;
 }
 
@@ -851,12 +857,39 @@ int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err)
       else
         sbx_error_release(&e);
       r = -1;
+      if (lock >= 0)
+        close(lock);
+    } else {
+      sbx_lock_drop(p->home, ids.v[i], lock);
     }
-    if (lock >= 0)
-      close(lock);
   }
   sbx_strv_free(&ids);
   return r;
+}
+
+/* Lock files of sandboxes that are gone (left by a process that died, or by versions that never
+ * removed them): free ones are dropped, so locks/ does not grow with every sandbox ever made. */
+static void prune_locks(struct sbx_provider_s *p)
+{
+  cleanup_free char *dir = xasprintf("%s/locks", p->home);
+  cleanup_dir DIR *d = opendir(dir);
+  if (d == NULL)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (!sbx_id_valid(de->d_name))
+      continue; /* pool, fill, down, gc-stamp */
+    cleanup_free char *sandbox = sbx_state_dir(p->home, de->d_name);
+    if (access(sandbox, F_OK) == 0)
+      continue;
+    int fd = sbx_lock_take(p->home, de->d_name, true, true, NULL);
+    if (fd < 0)
+      continue; /* in use: being created */
+    if (access(sandbox, F_OK) < 0 && errno == ENOENT)
+      sbx_lock_drop(p->home, de->d_name, fd);
+    else
+      close(fd);
+  }
 }
 
 int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
@@ -890,10 +923,13 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
     if (why) {
       sbx_log(SBX_LOG_INFO, "reaped sandbox %s (%s)", ids.v[i], why);
       removed++;
+      sbx_lock_drop(p->home, ids.v[i], lock);
+    } else {
+      close(lock);
     }
-    close(lock);
   }
   sbx_strv_free(&ids);
+  prune_locks(p);
   if (p->spares) {
     int r = sbx_gc(p->spares, NULL);
     removed += r > 0 ? r : 0;

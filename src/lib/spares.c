@@ -99,12 +99,14 @@ bool sbx__spare_take(struct sbx_provider_s *p, const char *key, struct sbx_insta
         m.cgroups = m.remote_id = m.backend_json = NULL;
         taken = true;
         sbx_log(SBX_LOG_DEBUG, "sandbox %s: took spare %s", in->meta.id, ids.v[i]);
+        sbx_lock_drop(sp->home, ids.v[i], steal_fd(&lock));
       } else {
         sbx_log(SBX_LOG_WARNING, "take spare %s as %s: %s", ids.v[i], in->meta.id, strerror(errno));
       }
       sbx_meta_free(&m);
     }
-    close(lock);
+    if (lock >= 0)
+      close(lock);
   }
   sbx_strv_free(&ids);
   return taken;

@@ -176,25 +176,42 @@ int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonbl
                   sbx_error_t *err)
 {
   cleanup_free char *path = xasprintf("%s/locks/%s", home, name);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0 && errno == ENOENT) {
-    cleanup_free char *dir = xasprintf("%s/locks", home);
-    if (sbx_mkdir_p(dir, 0700) == 0)
-      fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  }
-  if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "open lock `%s`", path);
-  int op = (exclusive ? LOCK_EX : LOCK_SH) | (nonblock ? LOCK_NB : 0);
-  if (TEMP_FAILURE_RETRY(flock(fd, op)) < 0) {
-    int saved = errno;
-    close(fd);
-    if (saved == EWOULDBLOCK) {
-      errno = EWOULDBLOCK;
-      return -1;
+  for (;;) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == ENOENT) {
+      cleanup_free char *dir = xasprintf("%s/locks", home);
+      if (sbx_mkdir_p(dir, 0700) == 0)
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     }
-    return sbx_make_error(err, saved, SBX_E_IO, "lock `%s`", path);
+    if (fd < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "open lock `%s`", path);
+    int op = (exclusive ? LOCK_EX : LOCK_SH) | (nonblock ? LOCK_NB : 0);
+    if (TEMP_FAILURE_RETRY(flock(fd, op)) < 0) {
+      int saved = errno;
+      close(fd);
+      if (saved == EWOULDBLOCK) {
+        errno = EWOULDBLOCK;
+        return -1;
+      }
+      return sbx_make_error(err, saved, SBX_E_IO, "lock `%s`", path);
+    }
+    /* sbx_lock_drop unlinks a lock while holding it: one taken on a file no longer at the path
+     * guards nothing (a newcomer locks a new file); take the one that is there */
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && lstat(path, &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino)
+      return fd;
+    close(fd);
   }
-  return fd;
+}
+
+void sbx_lock_drop(const char *home, const char *name, int fd)
+{
+  if (fd < 0)
+    return;
+  cleanup_free char *path = xasprintf("%s/locks/%s", home, name);
+  unlink(path);
+  close(fd);
 }
 
 int sbx_lease_take(const char *home, const char *id, sbx_error_t *err)

@@ -327,3 +327,23 @@ def test_health_check_skip_seconds(make_sbx, tmp_path):
     time.sleep(0.2)
     assert skip.sh("t", "echo fresh")["stdout"] == "fresh\n"
     assert state_of(skip, "t")["pid"] != pid
+
+
+def test_lock_files_do_not_accumulate(sbx):
+    """locks/<id> goes with its sandbox; gc drops orphans (a crashed process's) that are free."""
+    for _ in range(5):
+        sbx.ok("run", "--", "true")
+    sbx.sh("t1", "true")
+    sbx.ok("rm", "-t", "t1")
+    locks = os.path.join(sbx.home, "locks")
+    ids = [n for n in os.listdir(locks) if len(n) == 16]
+    assert ids == []
+    orphan = os.path.join(locks, "0123456789abcdef")
+    open(orphan, "w").close()
+    sbx.ok("gc")
+    assert not os.path.exists(orphan)
+    # a live sandbox's lock stays
+    sbx.sh("t2", "true")
+    sbx.ok("gc")
+    [box] = sbx.ps()
+    assert os.path.exists(os.path.join(locks, box["id"]))
