@@ -1,10 +1,13 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 void sbx__cleanup_freep(void *p)
@@ -560,4 +563,19 @@ void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen)
     out[i] = hex[(byte >> (i % 2 ? 0 : 4)) & 0xf];
   }
   out[hexlen] = '\0';
+}
+
+int sbx_open_tree_nofollow(const char *path, bool recursive)
+{
+  struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
+  int src = (int) syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+  if (src < 0)
+    return -1;
+  int tree = (int) syscall(SYS_open_tree, src, "",
+                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
+                               (recursive ? AT_RECURSIVE : 0));
+  int saved = errno;
+  close(src);
+  errno = saved;
+  return tree;
 }

@@ -102,6 +102,9 @@ int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len,
 
 int sbx_mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
 int sbx_rm_rf_at(int dirfd, const char *name); /* no symlink following */
+/* A detached copy (open_tree OPEN_TREE_CLONE, close-on-exec) of the mount tree at path, reached
+ * without following any symlink (ELOOP if there is one); recursive copies submounts too. */
+int sbx_open_tree_nofollow(const char *path, bool recursive);
 
 uint64_t sbx_now_ms(void);      /* CLOCK_MONOTONIC */
 uint64_t sbx_realtime_ms(void); /* CLOCK_REALTIME, ms since the epoch */

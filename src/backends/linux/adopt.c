@@ -8,8 +8,8 @@
  * sandbox's mount and UTS namespaces. Both belong to the host's user namespace (the launcher
  * made them before the sandbox's own user namespace), so nothing inside can undo the change,
  * and nothing inside runs yet but sbx-init: the moment / is writable again is not observable.
- * The user-data folder travels as a detached mount (open_tree) made in the host's namespace,
- * so no host path is resolved inside the sandbox. */
+ * The user-data folder travels as a detached mount (open_tree) made in the host's namespace
+ * without following any symlink, so no host path is resolved inside the sandbox. */
 #include "linux.h"
 #include "../../lib/internal.h"
 
@@ -96,8 +96,7 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
                           "sandbox %s: the spare's init is gone", id);
   cleanup_close int tree = -1;
   if (user_data && *user_data) {
-    tree =
-        open_tree(AT_FDCWD, user_data, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    tree = sbx_open_tree_nofollow(user_data, false);
     if (tree < 0)
       return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
                             user_data);

@@ -44,7 +44,12 @@ char *sbx__init_path(void)
   return xstrdup(SBX_LIBEXECDIR "/sbx-init");
 }
 
-static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx_launch_spec *s)
+/* The launcher resolves every mount source without following symlinks (a sandbox that can write
+ * next to a source could swap a component for one). The configuration's sources are the
+ * operator's: their symlinks are resolved here, once (canon keeps the strings). Sources given by
+ * sbx_create (sbxd's volumes) are symlink-free by contract and go as they are. */
+static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx_launch_spec *s,
+                      sbx_strv_t *canon)
 {
   const struct sbx_config *c = in->cfg;
   memset(s, 0, sizeof *s);
@@ -66,17 +71,27 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   for (size_t i = 0; i < s->n_mounts; i++) {
     const struct sbx_mount *m =
         i < c->n_mounts ? &c->mounts[i] : &in->extra_mounts[i - c->n_mounts];
-    s->mounts[i] = (struct sbx_launch_mount){m->host_path, m->container_path, m->read_only};
+    char *host = m->host_path;
+    if (i < c->n_mounts) {
+      char *real = realpath(m->host_path, NULL);
+      if (real) {
+        sbx_strv_push_owned(canon, real);
+        host = real;
+      }
+    }
+    s->mounts[i] = (struct sbx_launch_mount){host, m->container_path, m->read_only};
   }
 }
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   struct sbx_launch_spec spec;
-  fill_spec(in, user_data, &spec);
+  sbx_strv_t canon = {0};
+  fill_spec(in, user_data, &spec, &canon);
   sbx_buf_t payload = {0};
   sbx_launch_spec_encode(&spec, &payload);
   free(spec.mounts);
+  sbx_strv_free(&canon);
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {

@@ -41,11 +41,12 @@ static int bind_ctl_socket(int dirfd, sbx_error_t *err)
 }
 
 /* Child -> launcher messages on the sync pipe: 'M' (map my user namespace), 'R' (ready), or
- * 'E' followed by an error message. Launcher -> child: 'M' (mapped). */
+ * 'E' followed by "KIND STATUS message". Launcher -> child: 'M' (mapped). */
 static void child_fail(int fd, sbx_error_t *err)
 {
   char buf[1024];
-  int n = snprintf(buf, sizeof buf, "E%s", err && *err ? (*err)->msg : "setup failed");
+  int n = snprintf(buf, sizeof buf, "E%d %d %s", err && *err ? (*err)->kind : SBX_E_INTERNAL,
+                   err && *err ? (*err)->status : 0, err && *err ? (*err)->msg : "setup failed");
   (void) !write(fd, buf, (size_t) (n < (int) sizeof buf ? n : (int) sizeof buf - 1));
   _exit(1);
 }
@@ -192,9 +193,13 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
     *out_pid = pid;
     return 0;
   }
+  int kind = 0, status = 0, at = 0;
   if (n > 1 && buf[0] == 'E') {
     buf[n] = '\0';
-    sbx_error_set(err, 0, SBX_E_INTERNAL, buf + 1);
+    if (sscanf(buf + 1, "%d %d %n", &kind, &status, &at) < 2 || at <= 0 || kind < 1 ||
+        kind >= SBX_E_KIND_MAX)
+      kind = SBX_E_INTERNAL, status = 0, at = 0;
+    sbx_error_set(err, status, kind, buf + 1 + at);
   } else {
     sbx_make_error(err, 0, SBX_E_INTERNAL, "the sandbox died during setup");
   }

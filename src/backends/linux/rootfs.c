@@ -254,18 +254,19 @@ static int user_mounts(int rootfd, const struct sbx_launch_spec *s, sbx_error_t 
 {
   for (size_t i = 0; i < s->n_mounts; i++) {
     const struct sbx_launch_mount *m = &s->mounts[i];
+    /* A detached copy of the host tree, reached without following a symlink (the library
+     * resolved the operator's own; a sandbox that can write next to a volume's folder could
+     * have planted one, to the host's /, since sbxd checked it: ELOOP then, never the wrong
+     * tree), made read-only before it is attached, then attached at the mount point by its fd:
+     * nothing is resolved by path inside the new root. */
+    cleanup_close int tree = sbx_open_tree_nofollow(m->host, true);
     struct stat st;
-    if (stat(m->host, &st) < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", m->host);
+    if (tree < 0 || fstat(tree, &st) < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`%s", m->host,
+                            errno == ELOOP ? " (a symlink on the way)" : "");
     cleanup_close int fd = mountpoint_in_root(rootfd, m->container, S_ISDIR(st.st_mode), err);
     if (fd < 0)
       return -1;
-    /* A detached copy of the host tree, made read-only before it is attached, then attached at
-     * the mount point by its fd: nothing is resolved by path inside the new root. */
-    cleanup_close int tree = (int) syscall(SYS_open_tree, AT_FDCWD, m->host,
-                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (tree < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s`", m->host);
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
     if (m->read_only &&
         syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
@@ -349,8 +350,12 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
     return -1;
   cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
   if (s->user_data[0] != '\0') {
-    if (mnt(s->user_data, ud, NULL, MS_BIND, NULL, err) < 0)
-      return -1;
+    /* libsbx made the folder and its parents without following symlinks; none is followed here
+     * either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
+    cleanup_close int tree = sbx_open_tree_nofollow(s->user_data, false);
+    if (tree < 0 || syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
+                            s->user_data);
   } else {
     /* a throw-away sandbox: its files live and die with it, in its own tmpfs */
     snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
