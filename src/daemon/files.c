@@ -506,6 +506,12 @@ static void add_disposition(struct MHD_Response *resp, const char *path)
   MHD_add_response_header(resp, "Content-Disposition", v);
 }
 
+static int got_size(void *arg, uint64_t size)
+{
+  *(uint64_t *) arg = size;
+  return 1; /* that is all we wanted: cancel the read */
+}
+
 static enum MHD_Result h_download(struct req *r)
 {
   const char *path = sbxd_query(r, "path");
@@ -524,6 +530,24 @@ static enum MHD_Result h_download(struct req *r)
   if (sbx_stat(r->box->sb, p, &fi, &err) < 0)
     return file_error(r, &err, p);
   free(fi.path);
+  if (fi.type == 'l') {
+    /* stat describes the link itself (its size is the target's name's length): ask the file
+     * read through it for its size, which also refuses what cannot be read (a dangling or
+     * magic link, a directory) now rather than after a 200 */
+    uint64_t size = UINT64_MAX;
+    cleanup_close int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (sbx_read_range(r->box->sb, p, 0, 1, null, got_size, &size, &err) < 0 &&
+        size == UINT64_MAX) {
+      if (err->kind == SBX_E_IS_DIR) {
+        sbx_error_release(&err);
+        return sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
+      }
+      return file_error(r, &err, p);
+    }
+    sbx_error_release(&err);
+    fi.type = 'f';
+    fi.size = size;
+  }
   if (fi.type == 'd')
     return sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
   if (os || ls) {

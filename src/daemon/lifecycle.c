@@ -174,6 +174,7 @@ static const char *host_arch(void)
 
 struct volumes {
   struct sbx_mount *m;
+  int *fds; /* the directories to mount, held open until the sandbox is made */
   size_t n;
   json_t *info; /* what is kept in extra */
 };
@@ -183,18 +184,27 @@ static void volumes_free(struct volumes *v)
   for (size_t i = 0; i < v->n; i++) {
     free(v->m[i].host_path);
     free(v->m[i].container_path);
+    if (v->fds[i] >= 0)
+      close(v->fds[i]);
   }
   free(v->m);
+  free(v->fds);
   json_decref(v->info);
 }
 
 /* Walks rel (relative, clean) below the directory dirfd without following any symlink. With
  * create, missing directories are made (mode 0777: a sandbox's root is an unprivileged id on the
- * host); without, the walk stops quietly at the first missing one (a dry run). */
-static int walk(int dirfd, const char *rel, bool create, char **why)
+ * host) and *out gets an O_PATH descriptor of the last one; without, the walk stops quietly at
+ * the first missing one (a dry run). */
+static int walk(int dirfd, const char *rel, bool create, char **why, int *out)
 {
-  if (*rel == '\0')
+  if (*rel == '\0') {
+    if (out && (*out = fcntl(dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+      *why = xasprintf("cannot hold the directory: %s", strerror(errno));
+      return -1;
+    }
     return 0;
+  }
   cleanup_free char *copy = xstrdup(rel);
   int fd = dup(dirfd);
   char *save = NULL;
@@ -226,7 +236,10 @@ static int walk(int dirfd, const char *rel, bool create, char **why)
     close(fd);
     fd = next;
   }
-  close(fd);
+  if (out)
+    *out = fd;
+  else
+    close(fd);
   return 0;
 }
 
@@ -271,6 +284,9 @@ static int build_volumes(struct req *r, json_t *vols, struct volumes *out, enum 
     return 0;
   size_t n = json_array_size(vols);
   out->m = xzalloc((n + 1) * sizeof *out->m);
+  out->fds = xzalloc((n + 1) * sizeof *out->fds);
+  for (size_t i = 0; i <= n; i++)
+    out->fds[i] = -1;
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_array_get(vols, i);
     const char *name = json_string_value(json_object_get(v, "name"));
@@ -445,7 +461,8 @@ static int build_volumes(struct req *r, json_t *vols, struct volumes *out, enum 
       }
       char *why = NULL;
       cleanup_close int rootfd = open(real_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (rootfd < 0 || walk(rootfd, clean_rel + 1, create, &why) < 0) {
+      if (rootfd < 0 ||
+          walk(rootfd, clean_rel + 1, create, &why, create ? &out->fds[i] : NULL) < 0) {
         char *msg = xasprintf("Volume '%s': %s", name, why ? why : strerror(errno));
         free(why);
         *ret = vol_error(r, 400, "VOLUME::INVALID_HOST_PATH", msg);
@@ -460,6 +477,59 @@ static int build_volumes(struct req *r, json_t *vols, struct volumes *out, enum 
         m->host_path = src;
         json_object_set_new(json_array_get(out->info, i), "source", json_string(src));
       }
+    }
+  }
+  return 0;
+}
+
+/* Once the sandbox is made: the launcher mounted each host directory by its path, resolved
+ * again, so a sandbox that can write to a folder on that path could have swapped a component for
+ * a symlink (to the host's /) after the walk. Each mount must be the directory the walk holds
+ * (same device and inode), seen through the new sandbox's root; a mount hidden under a later
+ * volume is unreachable and skipped. Nothing runs in the sandbox yet. */
+static int volumes_verify(const char *id, const struct volumes *vs, char **why)
+{
+  if (vs->n == 0)
+    return 0;
+  struct sbx_sandbox_info *infos = NULL;
+  size_t n = 0;
+  long pid = 0;
+  sbx_error_t err = NULL;
+  if (sbx_list(g.p, &infos, &n, &err) < 0) {
+    *why = xasprintf("cannot find the sandbox: %s", err->msg);
+    sbx_error_release(&err);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(infos[i].id, id) == 0)
+      pid = infos[i].pid;
+  sbx_sandbox_info_free(infos, n);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/%ld/root", pid);
+  cleanup_close int root = pid > 0 ? open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+  if (root < 0) {
+    *why = xasprintf("cannot see the sandbox's root: %s", pid > 0 ? strerror(errno) : "no pid");
+    return -1;
+  }
+  for (size_t i = 0; i < vs->n; i++) {
+    const char *cp = vs->m[i].container_path;
+    bool hidden = false;
+    for (size_t j = i + 1; j < vs->n && !hidden; j++) {
+      const char *later = vs->m[j].container_path;
+      size_t l = strlen(later);
+      hidden = strncmp(cp, later, l) == 0 && cp[l] == '/';
+    }
+    if (hidden)
+      continue;
+    /* resolved as the launcher did (only the launcher has written in this root yet) */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    cleanup_close int fd = (int) syscall(SYS_openat2, root, cp, &how, sizeof how);
+    struct stat want, got;
+    if (fd < 0 || fstat(fd, &got) < 0 || fstat(vs->fds[i], &want) < 0 ||
+        got.st_dev != want.st_dev || got.st_ino != want.st_ino) {
+      *why = xasprintf("the host directory of the volume at '%s' changed while it was mounted", cp);
+      return -1;
     }
   }
   return 0;
@@ -716,12 +786,33 @@ static enum MHD_Result h_create(struct req *r)
                               .extra = extra_s};
   sbx_error_t err = NULL;
   sbx_sandbox_t *sb = sbx_create(g.p, &o, &err);
-  volumes_free(&vs);
+  if (sb && g.cfg->spares > 0)
+    sbxd_spares_kick(); /* it may have taken one */
   sbx_strv_free(&envv);
+  char *why = NULL;
+  if (sb && volumes_verify(sbx_sandbox_id(sb), &vs, &why) < 0) {
+    volumes_free(&vs);
+    struct box *b = box_add(sb, BOX_MANAGED, extra);
+    box_remove(b, "volume_changed", NULL);
+    box_put(b);
+    json_decref(body);
+    ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH", "%s", why);
+    free(why);
+    return ret;
+  }
+  size_t n_volumes = vs.n;
+  volumes_free(&vs);
   if (sb == NULL) {
     json_decref(extra);
     json_decref(body);
     int kind = err->kind;
+    if (n_volumes && err->status == ELOOP) {
+      /* the launcher follows no symlink to a volume: one appeared on a path sbxd had walked */
+      ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH",
+                       "the host directory of a volume changed while it was mounted: %s", err->msg);
+      sbx_error_release(&err);
+      return ret;
+    }
     ret = sbxd_error(r, kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? 400 : 500,
                      kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? INVALID_PARAMETER
                                                                    : "DOCKER::SANDBOX_START_FAILED",
