@@ -83,5 +83,14 @@ def make_sbx(tmp_path):
         s.down()
 
 
+def alive(pid):
+    """A live process (a zombie waiting for the host's init to reap it is dead)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def thread_dir(sbx, thread, user="default"):
     return os.path.join(sbx.home, "users", user, "threads", thread, "user-data")

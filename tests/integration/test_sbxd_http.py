@@ -223,15 +223,6 @@ def sbxd(tmp_path):
         subprocess.run([SBX, "--home", s.home, "down"], capture_output=True, timeout=120)
 
 
-def alive(pid):
-    """A live process (a zombie waiting for the host's init to reap it is dead)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def sbx_ps(home):
     p = subprocess.run([SBX, "--home", str(home), "ps", "--json"], capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from conftest import thread_dir
+from conftest import alive, thread_dir
 
 
 def cfg(tmp_path, text, name="c.yaml"):
@@ -47,14 +47,6 @@ def wait_spares(sbx, n, timeout=20):
             return spare_ids(sbx)
         time.sleep(0.05)
     raise AssertionError("expected %d spares, have %s" % (n, spare_ids(sbx)))
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_no_spares_by_default(sbx):
