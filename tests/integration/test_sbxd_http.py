@@ -18,6 +18,8 @@ import urllib.parse
 
 import pytest
 
+from conftest import alive
+
 SOURCE = os.environ.get("SBX_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SBX_BUILD") or os.path.join(SOURCE, "build")
 SBXD = os.path.join(BUILD, "sbxd")
