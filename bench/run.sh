@@ -77,6 +77,11 @@ export SBX_INIT=$B/sbx-init
 H=$WORK/home
 CFG=$WORK/config.yaml
 SBX=("$B/sbx" --home "$H" --config "$CFG")
+# the same with spares (sandbox.spares: 2): a home of its own, refilled in the background (the
+# CLI's detached filler; tb's thread for the library rows), competing for the CPUs
+HS=$WORK/home-spares
+CFGS=$WORK/config-spares.yaml
+SBXS=("$B/sbx" --home "$HS" --config "$CFGS")
 CRUN=(crun --root "$WORK/crun/state")
 BWRAP=(bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-all --die-with-parent)
 UNSHARE=(unshare --user --map-root-user --mount --pid --fork --net --ipc --uts)
@@ -88,6 +93,7 @@ sandbox:
 sbxd:
   listen: 127.0.0.1:$SBXD_PORT
 EOF
+sed 's/^  idle_timeout: 0$/  idle_timeout: 0\n  spares: 2/' "$CFG" >"$CFGS"
 
 BWRAP_PID=
 SBXD_PID=
@@ -102,6 +108,7 @@ cleanup() {
   fi
   for c in $("${CRUN[@]}" list -q 2>/dev/null); do "${CRUN[@]}" delete -f "$c" >/dev/null 2>&1; done
   "${SBX[@]}" down >/dev/null 2>&1
+  "${SBXS[@]}" down >/dev/null 2>&1
   return 0
 }
 trap cleanup EXIT
@@ -229,8 +236,8 @@ unshare -m --propagation private sh -c 'umount /sys/fs/cgroup/unified 2>/dev/nul
 SBXD_URL=${BENCH_SBXD_URL:-}
 if [ -z "$SBXD_URL" ] && [ -x "$B/sbxd" ]; then
   cmd=${SBXD_CMD:-"$B/sbxd --home {home} --config {config}"}
-  cmd=${cmd//\{home\}/$H}
-  cmd=${cmd//\{config\}/$CFG}
+  cmd=${cmd//\{home\}/$HS}
+  cmd=${cmd//\{config\}/$CFGS}
   log "starting sbxd: $cmd"
   $cmd >"$WORK/sbxd.log" 2>&1 &
   SBXD_PID=$!
@@ -257,6 +264,8 @@ group cold "$COLD_N" "$COLD_T" -P -t 30 -- \
   floor /bin/true --- \
   sbx-cli-run "${SBX[@]}" run -- true --- \
   sbx-lib-run @sbx-run "$H" "$CFG" true --- \
+  sbx-cli-run-spares "${SBXS[@]}" run -- true --- \
+  sbx-lib-run-spares @sbx-run "$HS" "$CFGS" true --- \
   bwrap "${BWRAP[@]}" /bin/true --- \
   unshare "${UNSHARE[@]}" /bin/true --- \
   crun-run "${CRUN[@]}" run -b "$WORK/crun/cold" tbc%N "${SBXD_COLD[@]}"
@@ -268,6 +277,8 @@ group cold-idle "$IDLE_N" "$IDLE_T" -P -t 30 -s "$PAUSE_MS" -- \
   floor /bin/true --- \
   sbx-cli-run "${SBX[@]}" run -- true --- \
   sbx-lib-run @sbx-run "$H" "$CFG" true --- \
+  sbx-cli-run-spares "${SBXS[@]}" run -- true --- \
+  sbx-lib-run-spares @sbx-run "$HS" "$CFGS" true --- \
   bwrap "${BWRAP[@]}" /bin/true --- \
   unshare "${UNSHARE[@]}" /bin/true --- \
   crun-run "${CRUN[@]}" run -b "$WORK/crun/cold" tbi%N "${SBXD_COLD[@]}"
@@ -277,7 +288,11 @@ group first "$FIRST_N" "$FIRST_T" -t 30 -s "$PAUSE_MS" -- \
   sbx-cli-first "@after=$(printf '%q ' "${SBX[@]}") rm -u bench -t cf%N" \
   "${SBX[@]}" exec -u bench -t cf%N -- true --- \
   sbx-lib-first @sbx-first "$H" "$CFG" bench lf true --- \
+  sbx-cli-first-spares "@after=$(printf '%q ' "${SBXS[@]}") rm -u bench -t cs%N" \
+  "${SBXS[@]}" exec -u bench -t cs%N -- true --- \
+  sbx-lib-first-spares @sbx-first "$HS" "$CFGS" bench ls true --- \
   bwrap "${BWRAP[@]}" /bin/true
+"${SBXS[@]}" down >/dev/null
 
 group warm "$WARM_N" "$WARM_T" -P -t 20 -- \
   floor /bin/true --- \

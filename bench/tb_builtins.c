@@ -9,11 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- providers, shared by every case of one tb run with the same home and config ---- */
@@ -24,6 +27,11 @@ struct prov {
   sbx_provider_t *p;
   int refs;
   struct prov *next;
+  /* with `spares` configured, a thread keeps them ready, as sbxd does (its work is not timed
+   * but competes for the CPUs with whatever runs meanwhile) */
+  pthread_t filler;
+  bool filling;
+  atomic_bool stop;
 };
 static struct prov *provs;
 
@@ -32,6 +40,17 @@ static char *err_text(sbx_error_t *err, const char *what)
   char *m = tb_fmt("%s: %s", what, err && *err ? (*err)->msg : "unknown error");
   sbx_error_release(err);
   return m;
+}
+
+static void *filler_main(void *arg)
+{
+  struct prov *v = arg;
+  while (!atomic_load(&v->stop)) {
+    sbx_spares_fill(v->p, NULL);
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
 }
 
 static struct prov *prov_get(const char *home, const char *config, char **errmsg)
@@ -57,7 +76,14 @@ static struct prov *prov_get(const char *home, const char *config, char **errmsg
   struct prov *v = calloc(1, sizeof *v);
   if (v == NULL)
     abort();
-  *v = (struct prov){strdup(home), strdup(config), cfg, p, 1, provs};
+  *v = (struct prov){.home = strdup(home),
+                     .config = strdup(config),
+                     .cfg = cfg,
+                     .p = p,
+                     .refs = 1,
+                     .next = provs};
+  if (cfg->spares > 0)
+    v->filling = pthread_create(&v->filler, NULL, filler_main, v) == 0;
   provs = v;
   return v;
 }
@@ -71,6 +97,10 @@ static void prov_put(struct prov *v)
       *pp = v->next;
       break;
     }
+  if (v->filling) {
+    atomic_store(&v->stop, true);
+    pthread_join(v->filler, NULL);
+  }
   sbx_provider_free(v->p);
   sbx_config_free(v->cfg);
   free(v->home);
