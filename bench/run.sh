@@ -300,6 +300,7 @@ group warm "$WARM_N" "$WARM_T" -P -t 20 -- \
   sbx-lib-cycle @sbx-cycle "$H" "$CFG" bench warm-cycle true --- \
   sbx-lib-exec @sbx-exec "$H" "$CFG" bench warm-lib true --- \
   sbx-lib-exec-argv @sbx-exec-argv "$H" "$CFG" bench warm-lib /bin/true --- \
+  sbx-lib-exec-bash @sbx-exec-argv "$H" "$CFG" bench warm-lib /bin/bash -c true --- \
   nsenter-bwrap nsenter -t "$NS_PID" -a /bin/true --- \
   crun-exec "${CRUN[@]}" exec tbwarm /bin/true "${SBXD_WARM[@]}"
 
