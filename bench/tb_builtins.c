@@ -76,12 +76,8 @@ static struct prov *prov_get(const char *home, const char *config, char **errmsg
   struct prov *v = calloc(1, sizeof *v);
   if (v == NULL)
     abort();
-  *v = (struct prov){.home = strdup(home),
-                     .config = strdup(config),
-                     .cfg = cfg,
-                     .p = p,
-                     .refs = 1,
-                     .next = provs};
+  *v = (struct prov){
+      .home = strdup(home), .config = strdup(config), .cfg = cfg, .p = p, .refs = 1, .next = provs};
   if (cfg->spares > 0)
     v->filling = pthread_create(&v->filler, NULL, filler_main, v) == 0;
   provs = v;

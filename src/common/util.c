@@ -296,6 +296,10 @@ int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len,
 
 int sbx_mkdir_p(const char *path, int mode)
 {
+  /* the common case first: it exists (one stat instead of a mkdir per component) */
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return 0;
   cleanup_free char *p = xstrdup(path);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/')
@@ -307,7 +311,6 @@ int sbx_mkdir_p(const char *path, int mode)
   }
   if (mkdir(p, mode) < 0 && errno != EEXIST)
     return -1;
-  struct stat st;
   if (stat(p, &st) < 0)
     return -1;
   if (!S_ISDIR(st.st_mode)) {

@@ -844,6 +844,7 @@ int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err)
   }
   cleanup_close int fill =
       p->is_spare_pool ? sbx_lock_take(p->home, SBX_LOCK_FILL, true, false, NULL) : -1;
+  (void) fill; /* held to the end of the scope (clang's -Wunused-variable) */
   sbx_strv_t ids = {0};
   if (sbx_state_list_ids(p->home, &ids, err) < 0)
     return -1;
