@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the protocol, agent, launch spec, text and path targets
-(fuzz/corpus/{proto,tlv,agent,launch_spec,text,paths}/). The seeds are checked in; run this
-only to regenerate them after a protocol change. Regression inputs (regress-*) are kept."""
+"""Writes the seed corpora of the protocol, agent, launch spec, text, path and sbxd targets
+(fuzz/corpus/{proto,tlv,agent,launch_spec,text,paths,sbxd_http,sbxd_request}/). The seeds are
+checked in; run this only to regenerate them after a protocol change (or a change of sbxd's
+routes: ROUTES below follows the route table of fuzz/fuzz_sbxd_request.c). Regression inputs
+(regress-*) are kept."""
 import os
 import struct
 
@@ -222,6 +224,327 @@ def paths_seeds():
         write(k, v, "paths")
 
 
+def sbxd_http_seeds():
+    """fuzz_sbxd_http feeds every input to every parser of src/daemon/parse.c: one seed per
+    shape each parser sees."""
+    seeds = {
+        # response heads of an app behind the port proxy, with and without bodies
+        "head_200_length": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                           b"Content-Length: 5\r\n\r\nhello",
+        "head_chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"5\r\nhello\r\n0\r\n\r\n",
+        "head_204": b"HTTP/1.1 204 No Content\r\nDate: Sun, 16 Nov 2025 14:30:45 GMT\r\n\r\n",
+        "head_101": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                    b"Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+        "head_folded": b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\n\tc\r\nX-Empty:\r\n"
+                       b"X-Space :v\r\nContent-Length:  3 \r\n\r\nabc",
+        "head_lf_only": b"HTTP/1.0 404 Not Found\nContent-Length: 0\n\n",
+        "head_no_reason": b"HTTP/1.1 200\r\n\r\n",
+        "head_two_lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "head_length_and_chunked": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+                                   b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        "head_huge_length": b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        "head_bad_status": b"HTTP/1.1 20x OK\r\n\r\n",
+        "head_status_999": b"HTTP/1.1 999 Whatever\r\n\r\n",
+        "head_incomplete": b"HTTP/1.1 200 OK\r\nContent-Le",
+        "head_nul": b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\n\r\n",
+        # chunked bodies
+        "chunked_ext_trailers": b"4;ext=v\r\nWiki\r\n5;a=\"q\"\r\npedia\r\n0\r\n"
+                                b"Trailer-A: x\r\nTrailer-B: y\r\n\r\n",
+        "chunked_upper_hex": b"A\r\n0123456789\r\n0\r\n\r\n",
+        "chunked_bad_size": b"zz\r\nabc\r\n0\r\n\r\n",
+        "chunked_negative": b"-1\r\nx\r\n0\r\n\r\n",
+        "chunked_overflow": b"fffffffffffffffffff\r\nx\r\n",
+        "chunked_short": b"5\r\nabc\r\n0\r\n\r\n",
+        "chunked_unfinished": b"3\r\nabc\r\n0\r\n",
+        "chunked_space": b"5 \r\nhello\r\n0\r\n\r\n",
+        "chunked_0x": b"0x5\r\nhello\r\n0\r\n\r\n",
+        "chunked_lf_only": b"5\nhello\n0\n\n",
+        # Range headers
+        "range_first_100": b"bytes=0-99",
+        "range_suffix": b"bytes=-5",
+        "range_open": b"bytes=10-",
+        "range_multi": b"bytes=0-0,5-9,-1",
+        "range_garbage": b"bytes=abc",
+        "range_reversed": b"bytes=5-2",
+        "range_spaces": b"bytes= 1 - 2",
+        "range_unit": b"items=0-1",
+        "range_zero_suffix": b"bytes=-0",
+        "range_huge": b"bytes=18446744073709551615-18446744073709551616",
+        # RFC 3339 timestamps
+        "time_z": b"2025-11-16T14:30:45Z",
+        "time_ms": b"2025-11-16T14:30:45.123Z",
+        "time_offset_ns": b"2025-11-16T14:30:45.123456789+05:30",
+        "time_space_negative": b"2025-11-16 14:30:45-08:00",
+        "time_no_zone": b"2025-11-16T14:30:45",
+        "time_epoch": b"1970-01-01T00:00:00Z",
+        "time_max": b"9999-12-31T23:59:59.999Z",
+        "time_feb30": b"2025-02-30T00:00:00Z",
+        "time_24h": b"2025-11-16T24:00:00Z",
+        "time_bad_offset": b"2025-11-16T14:30:45+25:00",
+        "time_year0": b"0000-01-01T00:00:00Z",
+        "time_lower": b"2025-11-16t14:30:45z",
+        "time_leap_second": b"2016-12-31T23:59:60Z",
+        # query strings
+        "qs_pairs": b"a=1&b=2",
+        "qs_escapes_plus": b"k=v%20x+y&%E2%9C%93=%e2%9c%93",
+        "qs_bad_escape": b"k=%zz",
+        "qs_no_equals": b"k",
+        "qs_empty_key": b"=v",
+        "qs_empty_fields": b"&&a=&",
+        "qs_repeated": b"a=1&a=2&a=",
+        "qs_metadata": b"team%3Dml%26env%3Dprod",
+        "qs_nul": b"k=%00",
+        "qs_two_equals": b"a=b=c",
+        # quantities
+        "cpu_milli": b"500m",
+        "cpu_int": b"2",
+        "cpu_fraction": b"0.5",
+        "cpu_exp": b"1e3",
+        "cpu_inf": b"inf",
+        "cpu_nan": b"nan",
+        "mem_mi": b"512Mi",
+        "mem_gi": b"1Gi",
+        "mem_g": b"1G",
+        "mem_gib": b"2gib",
+        "mem_k": b"10k",
+        "mem_overflow": b"18446744073709551616Ti",
+        "quantity_zero": b"0",
+        "quantity_negative": b"-1",
+        "quantity_spaces": b" 1 ",
+        # labels
+        "label_prefixed": b"app.kubernetes.io/name",
+        "label_chars": b"example.com/a_b-c.d",
+        "label_two_slashes": b"a/b/c",
+        "label_dash": b"-bad",
+        "label_63": b"x" * 63,
+        "label_64": b"x" * 64,
+        "label_reserved": b"opensandbox.io/id",
+        "label_upper": b"A_b.C-9",
+        # sandbox paths
+        "path_slashes": b"//a//b/",
+        "path_dots": b"/a/./b/../c",
+        "path_climb": b"../../etc/passwd",
+        "path_tilde": b"~",
+        "path_tilde_sub": b"~/x/../y",
+        "path_home_var": b"$HOME/x",
+        "path_home_braces": b"${HOME}/y/.",
+        "path_relative": b"relative/x",
+        "path_root_dotdot": b"/..",
+        "path_root_dot": b"/.",
+        "path_trailing_dotdot": b"/a/b/..",
+        "path_backslash": b"a\\..\\b",
+        "path_user_data": b"/mnt/user-data/workspace/../../../",
+        # output lines (and modes, shell quoting)
+        "lines_mixed": b"one\ntwo\r\nthree\rfour\r\r\n\n",
+        "lines_long_utf8": b"x" * 61 + "é✓😀".encode() * 4 + b"\n" + b"y" * 200,
+        "lines_cr_split": b"a\r\nb\r",
+        "lines_blank": b"\n\n\n",
+        "lines_binary": b"a\x00b\nc\xff\xfe\r\n",
+        "mode_755": b"755",
+        "mode_bad_digit": b"8",
+        "mode_max": b"7777",
+        "mode_over": b"17777",
+        "quote": b"it's a 'test'",
+    }
+    for k, v in seeds.items():
+        write(k, v, "sbxd_http")
+
+
+# fuzz/fuzz_sbxd_request.c's route table, in its order (byte 0 of a structured input picks one)
+ROUTES = ["health", "create", "list", "get", "delete", "metadata", "pause", "resume", "renew",
+          "endpoint", "events", "snapshots", "acquire", "release", "contract", "ping", "command",
+          "interrupt", "status", "logs", "session", "session_run", "session_delete", "metrics",
+          "files_info", "files_delete", "files_mv", "files_perm", "files_search",
+          "files_replace", "upload", "download", "dir_list", "mkdir", "rmdir", "execd_proxy",
+          "port", "code"]
+# byte 1: flags
+UNKNOWN_ID, NO_TOKEN, CHUNKED, V1_TOGGLE, PROXY_FORM, EXPECT, HEAD = 1, 2, 4, 8, 16, 32, 64
+RAW = 0xF0
+
+
+def sbxd_request_seeds():
+    def req(route, tail=b"", flags=0):
+        if isinstance(tail, str):
+            tail = tail.encode()
+        return bytes([ROUTES.index(route), flags]) + tail
+
+    def raw(data):
+        return bytes([RAW]) + data
+
+    def mp(*parts, end=True):
+        out = b""
+        for headers, body in parts:
+            out += b"--sbxfuzzboundary\r\n" + headers + b"\r\n\r\n" + body + b"\r\n"
+        return out + (b"--sbxfuzzboundary--\r\n" if end else b"")
+
+    W = "/mnt/user-data/workspace"
+    meta = (b'Content-Disposition: form-data; name="metadata"; filename="metadata"\r\n'
+            b"Content-Type: application/json")
+    filep = (b'Content-Disposition: form-data; name="file"; filename="b.txt"\r\n'
+             b"Content-Type: application/octet-stream")
+    seeds = {
+        "health": req("health"),
+        "health_head": req("health", flags=HEAD | V1_TOGGLE),
+        # OpenSandbox's SDK create body (the image is declared in the target's configuration)
+        "create_sdk": req("create", '{"image":{"uri":"ubuntu"},"entrypoint":["/bin/sh"],'
+                                    '"timeout":60,"resourceLimits":{"cpu":"1","memory":"512Mi"},'
+                                    '"env":{},"metadata":{}}'),
+        "create_full": req("create", '{"image":{"uri":"host"},"entrypoint":["sleep","30"],'
+                                     '"timeout":120,"resourceLimits":{"cpu":"500m",'
+                                     '"memory":"128Mi","gpu":"0"},"env":{"A":"1","B":null},'
+                                     '"metadata":{"team":"ml","app.kubernetes.io/name":"x"},'
+                                     '"platform":{"os":"linux","arch":"amd64"},'
+                                     '"networkPolicy":{"defaultAction":"deny"},'
+                                     '"secureAccess":true,"extensions":{"k":"v"},'
+                                     '"volumes":[{"name":"data","pvc":{"claimName":"shared"},'
+                                     '"mountPath":"/data","readOnly":false,"subPath":"s"}]}',
+                              CHUNKED),
+        "create_bad_json": req("create", '{"image":'),
+        "create_not_object": req("create", "[]"),
+        "create_snapshot": req("create", '{"image":{"uri":"host"},"snapshotId":"s",'
+                                         '"entrypoint":["a"],"resourceLimits":{}}'),
+        "create_short_timeout": req("create", '{"image":{"uri":"host"},"entrypoint":["a"],'
+                                              '"timeout":59,"resourceLimits":{}}'),
+        "create_bad_limits": req("create", '{"image":{"uri":"host"},"entrypoint":["a"],'
+                                           '"resourceLimits":{"cpu":"-1","memory":"12Qi"}}'),
+        "create_bad_env": req("create", '{"image":{"uri":"host"},"entrypoint":["a"],'
+                                        '"resourceLimits":{},"env":{"1A":"x"}}'),
+        "create_reserved_label": req("create", '{"image":{"uri":"host"},"entrypoint":["a"],'
+                                               '"resourceLimits":{},'
+                                               '"metadata":{"opensandbox.io/x":"y"}}'),
+        "create_bad_volume": req("create", '{"image":{"uri":"host"},"entrypoint":["a"],'
+                                           '"resourceLimits":{},"volumes":[{"name":"v",'
+                                           '"host":{"path":"/etc"},"mountPath":"rel"}]}'),
+        "create_unknown_image": req("create", '{"image":{"uri":"nope:1"},"entrypoint":["a"],'
+                                              '"resourceLimits":{}}', EXPECT),
+        "list": req("list", "?state=Running&state=paused&metadata=team%3Dml%26b%3Dc"
+                            "&page=1&pageSize=10"),
+        "list_bad": req("list", "?page=0&pageSize=abc&metadata=%zz", V1_TOGGLE),
+        "get": req("get"),
+        "get_unknown": req("get", "", UNKNOWN_ID),
+        "delete": req("delete"),
+        "delete_unknown": req("delete", "", UNKNOWN_ID | V1_TOGGLE),
+        "metadata": req("metadata", '{"team":"ml","old":null}'),
+        "metadata_reserved": req("metadata", '{"opensandbox.io/x":"y","a":1}'),
+        "pause": req("pause"),
+        "resume": req("resume"),
+        "renew": req("renew", '{"expiresAt":"2030-01-01T00:00:00.000+02:00"}'),
+        "renew_bad": req("renew", '{"expiresAt":"yesterday"}'),
+        "endpoint": req("endpoint", "44772"),
+        "endpoint_proxy": req("endpoint", "8080?use_server_proxy=true\nHost: example.com:9"),
+        "endpoint_bad": req("endpoint", "0?use_server_proxy=maybe&expires=1"),
+        "events": req("events", '{"events":[{"name":"x"}]}'),
+        "snapshots": req("snapshots", "/s1"),
+        "acquire": req("acquire", '{"user":"u1","thread":"t1"}'),
+        "acquire_bad": req("acquire", '{"user":1,"thread":"../x"}'),
+        "release": req("release", '{"sandbox_id":"{ID}"}'),
+        "contract_execute": req("contract", 'execute_command\n{"command":"echo hi; echo e >&2",'
+                                            '"timeout":5,"env":{"A":"1"},"cwd":"/tmp"}'),
+        "contract_read": req("contract", 'read_file\n{"path":"%s/a.txt","start_line":1,'
+                                         '"end_line":2}' % W),
+        "contract_write": req("contract", 'write_file\n{"path":"%s/b.txt","content":"x\\n",'
+                                          '"append":true}' % W),
+        "contract_update": req("contract", 'update_file\n{"path":"%s/c.bin",'
+                                           '"content_base64":"AAEC/w=="}' % W),
+        "contract_download": req("contract", 'download_file\n{"path":"%s/a.txt"}' % W),
+        "contract_list_dir": req("contract", 'list_dir\n{"path":"/mnt/user-data","max_depth":2}'),
+        "contract_glob": req("contract", 'glob\n{"path":"/mnt/user-data","pattern":"**/*.txt",'
+                                         '"include_dirs":true,"max_results":5}'),
+        "contract_grep": req("contract", 'grep\n{"path":"/mnt/user-data","pattern":"t(wo|hree)",'
+                                         '"glob":"*.txt","literal":false,'
+                                         '"case_sensitive":false,"max_results":3}'),
+        "contract_bad": req("contract", "nope\n{}"),
+        "ping": req("ping"),
+        "ping_proxy_form": req("ping", "", PROXY_FORM | V1_TOGGLE),
+        "ping_no_token": req("ping", "", NO_TOKEN),
+        "command": req("command", '{"command":"echo hello; printf \'a\\r\\nb\\rc\' >&2",'
+                                  '"cwd":"/tmp","timeout":5000,"envs":{"A":"1"}}'),
+        "command_background": req("command", '{"command":"sleep 0.2","background":true}',
+                                  CHUNKED),
+        "command_bad": req("command", '{"command":"x","uid":0,"gid":0,"timeout":-1}'),
+        "command_empty": req("command", ""),
+        "interrupt": req("interrupt", "?id=abc"),
+        "interrupt_missing": req("interrupt", ""),
+        "status": req("status", "abc"),
+        "logs": req("logs", "abc/logs?cursor=0"),
+        "session": req("session", '{"cwd":"/tmp"}'),
+        "session_run": req("session_run", '{SESSION}/run\n{"command":"cd /tmp; export X=1; '
+                                          'echo $X","timeout":5000}'),
+        "session_delete": req("session_delete", "nosuch"),
+        "metrics": req("metrics"),
+        "files_info": req("files_info", "?path=%s/a.txt&path=/etc/hostname" % W),
+        "files_delete": req("files_delete", "?path=/tmp/x&path=/tmp"),
+        "files_mv": req("files_mv", '[{"src":"%s/a.txt","dest":"/tmp/b/a.txt"},'
+                                    '{"src":"/tmp/b/a.txt","dest":"%s/a.txt"}]' % (W, W)),
+        "files_perm": req("files_perm", '{"%s/a.txt":{"mode":644,"owner":"root",'
+                                        '"group":"root"},"/tmp":{"mode":999}}' % W),
+        "files_search": req("files_search", "?path=/mnt/user-data&pattern=**/*.{txt,bin}"),
+        "files_replace": req("files_replace", '?verbose=true\n{"%s/a.txt":{"old":"one",'
+                                              '"new":"ONE"}}' % W),
+        "upload": req("upload", mp((meta, b'{"path":"%s/up.txt","mode":644}' % W.encode()),
+                                   (filep, b"uploaded\r\nbytes\x00\xff"))),
+        "upload_file_first": req("upload", mp((filep, b"data"),
+                                              (meta, b'{"path":"/tmp/u2","owner":"root"}'))),
+        "upload_cut": req("upload", mp((meta, b'{"path":"/tmp/u3"}'), (filep, b"abc"),
+                                       end=False)),
+        "upload_bad_metadata": req("upload", mp((meta, b'{"path":'), (filep, b"x"))),
+        "download": req("download", "?path=%s/a.txt\nRange: bytes=0-3" % W),
+        "download_suffix_range": req("download", "?path=%s/a.txt\nRange: bytes=-5,0-1" % W),
+        "download_lines": req("download", "?path=%s/a.txt&offset=1&limit=2" % W),
+        "download_dir": req("download", "?path=/tmp\nRange: bytes=abc"),
+        "download_climb": req("download", "?path=~/../../etc/hostname"),
+        "download_encoded": req("download", "?path=%2Fetc%2Fhostname&path=x"),
+        "dir_list": req("dir_list", "?path=/mnt/user-data&depth=2"),
+        "mkdir": req("mkdir", '{"/tmp/d1/d2":{"mode":755},"/tmp/d3":{}}'),
+        "rmdir": req("rmdir", "?path=/tmp/d1&path=/tmp/d3"),
+        "execd_proxy": req("execd_proxy", "8080/x?y=1"),
+        "execd_proxy_bad": req("execd_proxy", "0/"),
+        "port": req("port", "8080/app?x=1\nX-Forwarded-For: 1.2.3.4"),
+        "port_bad": req("port", "99999/"),
+        "code": req("code", "{}"),
+        # on the wire as they are
+        "raw_health": raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "raw_preflight": raw(b"OPTIONS /v1/sandboxes HTTP/1.1\r\nHost: x\r\nOrigin: http://a\r\n"
+                             b"Access-Control-Request-Method: POST\r\n"
+                             b"Access-Control-Request-Headers: content-type\r\n\r\n"),
+        "raw_pipelined": raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "raw_http10": raw(b"GET /v1/sandboxes/{ID} HTTP/1.0\r\n\r\n"),
+        "raw_http01": raw(b"GET /health HTTP/0.1\r\nHost: x\r\n\r\n"),
+        "raw_request_id": raw(b"GET /v1/sandboxes/nope HTTP/1.1\r\nHost: x\r\n"
+                              b"X-Request-ID: abc-123\r\n\r\n"),
+        "raw_chunked_trailer": raw(b"POST /v1/metrics/events HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n2;x=y\r\n{}\r\n0\r\n"
+                                   b"T: v\r\n\r\n"),
+        "raw_huge_length": raw(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+                               b"Content-Length: 99999999999\r\n\r\n{}"),
+        "raw_length_and_chunked": raw(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+                                      b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                      b"0\r\n\r\n"),
+        "raw_absolute_uri": raw(b"GET http://127.0.0.1/health HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "raw_execd": raw(b"GET /direct/{ID}/44772/files/download?path=/mnt/user-data/workspace/"
+                         b"a.txt HTTP/1.1\r\nHost: x\r\nX-EXECD-ACCESS-TOKEN: {TOKEN}\r\n"
+                         b"Range: bytes=1-\r\n\r\n"),
+        "raw_traversal": raw(b"GET /direct/{ID}/44772/../../../health HTTP/1.1\r\nHost: x\r\n"
+                             b"X-EXECD-ACCESS-TOKEN: {TOKEN}\r\n\r\n"),
+        "raw_encoded_slash": raw(b"GET /v1/sandboxes%2F{ID}%2Fendpoints/44772 HTTP/1.1\r\n"
+                                 b"Host: x\r\n\r\n"),
+        "raw_garbage": raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+        "raw_lf_only": raw(b"GET /health HTTP/1.1\nHost: x\n\n"),
+        # regression: a session whose cwd cannot be created (read-only /) leaked the library's
+        # error (found by fuzz_sbxd_request)
+        "regress-session-cwd-error-leak": req("session", '{"cwd":"/pmp"}'),
+        # regression: "/" has no path segment, and the routers computed NULL + 0 (UBSan; found
+        # by fuzz_sbxd_request)
+        "regress-root-path": raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "raw_long_header": raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 70000 +
+                               b"\r\n\r\n")[:65536],
+    }
+    for k, v in seeds.items():
+        write(k, v, "sbxd_request")
+
+
 if __name__ == "__main__":
     agent_seeds()
     proto_seeds()
@@ -229,3 +552,5 @@ if __name__ == "__main__":
     launch_spec_seeds()
     text_seeds()
     paths_seeds()
+    sbxd_http_seeds()
+    sbxd_request_seeds()

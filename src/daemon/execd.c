@@ -587,8 +587,11 @@ static enum MHD_Result h_session_create(struct req *r)
   json_decref(body);
   if (clean) {
     sbx_error_t err = NULL;
-    if (sbx_mkdir(r->box->sb, clean, 0755, NULL, &err) < 0)
-      return sbxd_error(r, 500, "RUNTIME_ERROR", "error creating session: %s", err->msg);
+    if (sbx_mkdir(r->box->sb, clean, 0755, NULL, &err) < 0) {
+      ret = sbxd_error(r, 500, "RUNTIME_ERROR", "error creating session: %s", err->msg);
+      sbx_error_release(&err);
+      return ret;
+    }
   }
   struct session *s = xzalloc(sizeof *s);
   cleanup_free char *id = uuid4();

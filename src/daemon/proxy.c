@@ -137,12 +137,15 @@ static char *client_ip(struct req *r)
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   char buf[INET6_ADDRSTRLEN] = "unknown";
   if (ci && ci->client_addr) {
-    if (ci->client_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &((const struct sockaddr_in *) ci->client_addr)->sin_addr, buf,
-                sizeof buf);
-    else if (ci->client_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) ci->client_addr)->sin6_addr, buf,
-                sizeof buf);
+    /* copied into aligned storage (clang's -Wcast-align refuses the cast of a sockaddr *) */
+    struct sockaddr_storage ss;
+    int family = ci->client_addr->sa_family;
+    memcpy(&ss, ci->client_addr,
+           family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    if (family == AF_INET)
+      inet_ntop(AF_INET, &((const struct sockaddr_in *) &ss)->sin_addr, buf, sizeof buf);
+    else if (family == AF_INET6)
+      inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) &ss)->sin6_addr, buf, sizeof buf);
   }
   return xstrdup(buf);
 }

@@ -302,6 +302,11 @@ json_t *sbxd_body_json(struct req *r, unsigned status, const char *code, enum MH
 
 static void split_path(const char *url, sbx_strv_t *seg)
 {
+  /* an empty vector for "/" too: the routers compute seg->v + base (NULL + 0 is undefined) */
+  if (seg->v == NULL) {
+    seg->cap = 8;
+    seg->v = xzalloc(seg->cap * sizeof *seg->v);
+  }
   const char *p = url;
   while (*p) {
     while (*p == '/')
@@ -543,7 +548,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free(r);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+/* (the format attribute: clang's -Wformat-nonliteral refuses fmt otherwise) */
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
   (void) cls;
   cleanup_free char *msg = xvasprintf(fmt, ap);
