@@ -4,7 +4,7 @@
 static const char usage[] =
     "Usage: sbx gc\n"
     "\n"
-    "Cleans up dead sandboxes and destroys warm ones idle for longer than\n"
+    "Cleans up dead sandboxes and destroys warm ones (and spares) idle for longer than\n"
     "sandbox.idle_timeout (a pass also runs, at most every 10 seconds, with other verbs).\n"
     "Prints how many sandboxes were removed.\n";
 

@@ -10,7 +10,9 @@ static const char usage[] =
     "\n"
     "Lists every sandbox of the pool: id, user, thread, state (active: held by a front-end;\n"
     "warm: parked; dead: its init is gone and the next gc cleans it up), host pid of its\n"
-    "init, creation time, last use, idle seconds, memory and the pids holding it.\n";
+    "init, creation time, last use, idle seconds, memory and the pids holding it.\n"
+    "With sandbox.spares set, a last line counts the spares ready (started ahead of time,\n"
+    "outside the pool; --json: \"spares\": {\"ready\", \"configured\"}).\n";
 
 static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
 {
