@@ -19,7 +19,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#define READ_TEXT_MAX (100u << 20)
 #define ITEMS_BATCH (512u << 10)
 
 static int root_fd = -1;
@@ -166,12 +165,26 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
   cleanup_close int fd = open_regular(path, &err, &st);
   if (fd < 0)
     return agent_reply_error(c, &err);
-  cleanup_free char *data = NULL;
-  size_t n = 0;
+  if ((uint64_t) st.st_size > SBX_READ_TEXT_MAX) {
+    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
+                   SBX_READ_TEXT_MAX, path);
+    return agent_reply_error(c, &err);
+  }
+  /* Read straight into a buffer sized from fstat (one more byte shows growth past it). */
   sbx_buf_t b = {0};
-  char tmp[65536];
+  size_t hint = (uint64_t) st.st_size < SBX_READ_TEXT_MAX ? (size_t) st.st_size : SBX_READ_TEXT_MAX;
+  sbx_buf_reserve(&b, hint + 1);
   for (;;) {
-    ssize_t r = read(fd, tmp, sizeof tmp);
+    if (b.len > SBX_READ_TEXT_MAX) {
+      sbx_buf_free(&b);
+      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
+                     SBX_READ_TEXT_MAX, path);
+      return agent_reply_error(c, &err);
+    }
+    if (b.cap - b.len - 1 < 65536)
+      sbx_buf_reserve(&b, 65536);
+    size_t room = b.cap - b.len - 1, cap_left = SBX_READ_TEXT_MAX + 1 - b.len;
+    ssize_t r = read(fd, b.data + b.len, room < cap_left ? room : cap_left);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0) {
@@ -181,16 +194,10 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
     }
     if (r == 0)
       break;
-    if (b.len + (size_t) r > READ_TEXT_MAX) {
-      sbx_buf_free(&b);
-      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
-                     READ_TEXT_MAX, path);
-      return agent_reply_error(c, &err);
-    }
-    sbx_buf_append(&b, tmp, (size_t) r);
+    b.len += (size_t) r;
   }
-  n = b.len;
-  data = sbx_buf_steal(&b);
+  size_t n = b.len;
+  cleanup_free char *data = sbx_buf_steal(&b);
   if (!sbx_utf8_valid(data, n)) {
     sbx_make_error(&err, 0, SBX_E_NOT_TEXT,
                    "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file (e.g. "
@@ -200,11 +207,18 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
                    path);
     return agent_reply_error(c, &err);
   }
-  size_t outlen;
-  cleanup_free char *out = sbx_text_line_range(data, n, start, end, &outlen);
-  if (send_data_from_buf(c, out, outlen) < 0)
-    return -1;
+  /* The whole file goes out as read; a range is cut into a new buffer. */
+  bool whole = start == SBX_LINE_NONE && end == SBX_LINE_NONE;
+  size_t outlen = n;
+  cleanup_free char *cut = whole ? NULL : sbx_text_line_range(data, n, start, end, &outlen);
+  const char *out = whole ? data : cut;
+  /* The size first, so the client can size its buffer once. */
   sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_SIZE, outlen);
+  int sr = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx_tlv_free(&w);
+  if (sr < 0 || send_data_from_buf(c, out, outlen) < 0)
+    return -1;
   sbx_tlv_put_u64(&w, SBX_T_SIZE, outlen);
   int ret = agent_reply_ok(c, &w);
   sbx_tlv_free(&w);
@@ -1005,14 +1019,14 @@ int agent_replace(struct agent_conn *c, const char *payload, size_t len)
   cleanup_close int fd = open_regular(path, &err, &st);
   if (fd < 0)
     return agent_reply_error(c, &err);
-  if ((uint64_t) st.st_size > READ_TEXT_MAX) {
+  if ((uint64_t) st.st_size > SBX_READ_TEXT_MAX) {
     sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "file too large to edit: %s", path);
     return agent_reply_error(c, &err);
   }
   sbx_buf_t in = {0}, out = {0};
   char buf[65536];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0 && in.len <= READ_TEXT_MAX)
+  while ((n = read(fd, buf, sizeof buf)) > 0 && in.len <= SBX_READ_TEXT_MAX)
     sbx_buf_append(&in, buf, (size_t) n);
   uint64_t count = 0;
   const char *p = in.data ? in.data : "", *end = p + in.len;

@@ -23,6 +23,7 @@
 #define SBX_PROTO_HDR 12
 #define SBX_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB; DATA chunks are at most 256 KiB */
 #define SBX_PROTO_CHUNK (256u << 10)
+#define SBX_READ_TEXT_MAX (100u << 20) /* read_file: the largest text sbx-init reads and sends */
 
 enum sbx_msg {
   /* requests */

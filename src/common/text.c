@@ -43,6 +43,16 @@ bool sbx_utf8_valid(const char *s, size_t len)
   const unsigned char *p = (const unsigned char *) s;
   size_t i = 0;
   while (i < len) {
+    /* ASCII runs (most text) eight bytes at a time */
+    while (len - i >= 8) {
+      uint64_t w;
+      memcpy(&w, p + i, 8);
+      if (w & 0x8080808080808080ull)
+        break;
+      i += 8;
+    }
+    if (i >= len)
+      break;
     if (p[i] < 0x80) {
       i++;
       continue;

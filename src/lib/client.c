@@ -322,15 +322,21 @@ static int collect_data(int sock, int fd, sbx_buf_t *out, uint64_t max, const ch
       return -1;
     if (hdr.type == SBX_MSG_OK)
       return 0;
-    if (hdr.type == SBX_MSG_STARTED)
+    if (hdr.type == SBX_MSG_STARTED) {
+      /* The size announced ahead: size the buffer once (never past max; sbx-init is not
+       * trusted, so what it sends is still counted below). */
+      uint64_t size = 0;
+      if (out && max && sbx_tlv_get_u64(p, hdr.len, SBX_T_SIZE, 0, &size) == 0 && size > 0)
+        sbx_buf_reserve(out, (size_t) (size > max ? max : size));
       continue;
+    }
     if (hdr.type != SBX_MSG_DATA)
       return unexpected(hdr.type, what, err);
     total += hdr.len;
     if (max && total > max)
-      return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE,
-                            "File exceeds maximum download size of %llu bytes",
-                            (unsigned long long) max);
+      return sbx_make_error(
+          err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum %s size of %llu bytes",
+          fd < 0 && strcmp(what, "read_file") == 0 ? "read" : "download", (unsigned long long) max);
     if (fd >= 0) {
       if (sbx_write_all(fd, p, hdr.len) < 0)
         return sbx_make_error(err, errno, SBX_E_IO, "write the downloaded data");
@@ -358,7 +364,7 @@ int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t star
   if (r < 0)
     return -1;
   sbx_buf_t b = {0};
-  if (collect_data(fd, -1, &b, 0, "read_file", err) < 0) {
+  if (collect_data(fd, -1, &b, SBX_READ_TEXT_MAX, "read_file", err) < 0) {
     sbx_buf_free(&b);
     return -1;
   }

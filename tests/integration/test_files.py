@@ -62,6 +62,31 @@ def test_read_errors(sbx):
     assert p.returncode == 1 and b"Path is a directory, not a file" in p.stderr
 
 
+def test_read_large_text_whole_ranged_and_capped(sbx):
+    # 7-byte units: multi-byte characters straddle 8-byte words and 256 KiB chunks everywhere
+    unit, cap = "a\u00e9\u20ac\n".encode(), 104857600
+    n = cap // len(unit)
+    want = unit * n + b"z" * (cap - len(unit) * n)
+    gen = "import sys\nu = %r\nsys.stdout.buffer.write(u * %d + b'z' * %d)\n" % (
+        unit, n, cap - len(unit) * n)
+    assert write(sbx, WS + "/gen.py", gen).returncode == 0
+    assert sbx.sh("t1", "python3 gen.py > big.txt")["exit_code"] == 0
+    p = sbx.run("read", "-t", "t1", WS + "/big.txt", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout) == cap and p.stdout == want  # exactly the cap is allowed
+    p = sbx.run("read", "-t", "t1", WS + "/big.txt", "--start", str(n - 1), "--end", str(n))
+    assert p.returncode == 0 and p.stdout == unit + unit[:-1], p.stdout
+    sbx.sh("t1", "printf x >> big.txt")  # one byte past the cap
+    p = sbx.run("read", "-t", "t1", WS + "/big.txt", timeout=120)
+    assert p.returncode == 1
+    assert b"File exceeds maximum read size of 104857600 bytes" in p.stderr, p.stderr
+    # a non-UTF-8 byte after a long ASCII run is still found
+    sbx.sh("t1", "head -c 1000003 /dev/zero | tr '\\0' a > late.txt; printf '\\377' >> late.txt")
+    p = sbx.run("read", "-t", "t1", WS + "/late.txt")
+    assert p.returncode == 1 and b"binary file" in p.stderr, p.stderr
+    sbx.sh("t1", "rm -f big.txt late.txt gen.py")
+
+
 @pytest.mark.parametrize("path,msg", [
     ("relative.txt", b"path must be absolute: 'relative.txt'"),
     ("/mnt/user-data/../etc/passwd", b"Access denied: path traversal detected in '/mnt/user-data/../etc/passwd'"),

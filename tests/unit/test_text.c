@@ -48,6 +48,20 @@ static void test_utf8(void **state)
   assert_false(sbx_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
   assert_false(sbx_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
   assert_true(sbx_utf8_valid("a\0b", 3));              /* NUL is valid UTF-8 */
+  /* every offset around the eight-byte ASCII fast path: a bad byte, a truncated sequence at
+   * the end, a good sequence straddling a word */
+  char buf[40];
+  for (size_t at = 0; at + 3 <= sizeof buf; at++) {
+    memset(buf, 'a', sizeof buf);
+    buf[at] = (char) 0xff;
+    assert_false(sbx_utf8_valid(buf, sizeof buf));
+    memset(buf, 'a', sizeof buf);
+    memcpy(buf + at, "\xe2\x82\xac", 3);
+    assert_true(sbx_utf8_valid(buf, sizeof buf));
+    assert_false(sbx_utf8_valid(buf, at + 2));
+    buf[at + 1] = 'a';
+    assert_false(sbx_utf8_valid(buf, sizeof buf));
+  }
   size_t n;
   char *s = sbx_utf8_sanitize("a\xff"
                               "b\xe2\x82"
