@@ -15,6 +15,7 @@ struct sbx_agent_opts {
   int listen_fd;          /* a listening unix socket */
   int lease_fd;           /* the sandbox's lease file (flock'ed by active users), or -1 */
   int64_t idle_timeout_s; /* exit when unleased and idle this long; 0 = never */
+  uint64_t cmd_nofile;    /* soft RLIMIT_NOFILE of every command; 0 = sbx-init's own */
 };
 
 int sbx_agent_serve(const struct sbx_agent_opts *o);
@@ -30,7 +31,7 @@ int agent_reply_error(struct agent_conn *c, sbx_error_t *err);
 int agent_reply_ok(struct agent_conn *c, const sbx_tlv_writer_t *w);
 
 /* exec.c */
-void agent_exec_init(int epoll_fd);
+void agent_exec_init(int epoll_fd, uint64_t cmd_nofile);
 int agent_exec(struct agent_conn *c, const char *payload, size_t len);
 int agent_signal(struct agent_conn *c, const char *payload, size_t len);
 int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len);

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -59,10 +60,20 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cmd table[MAX_CMDS];
 static uint64_t table_seq;
 static int epoll_fd = -1;
+static struct rlimit cmd_nofile; /* rlim_cur 0: commands keep sbx-init's limit */
 
-void agent_exec_init(int ep)
+void agent_exec_init(int ep, uint64_t nofile)
 {
   epoll_fd = ep;
+  /* sbx-init itself may hold many connections and pipes: its soft limit is its hard one; each
+   * command gets the conventional soft limit back (select() users, close-all-fds loops). */
+  struct rlimit rl;
+  if (nofile > 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    cmd_nofile.rlim_max = rl.rlim_max;
+    cmd_nofile.rlim_cur = nofile < rl.rlim_max ? nofile : rl.rlim_max;
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 }
 
 /* Finds a slot: a free one, else the oldest finished command. Called with table_lock held. */
@@ -121,6 +132,8 @@ static int child_exec(void *arg)
     _exit(126);
   }
   syscall(SYS_close_range, 3, ~0U, 0);
+  if (cmd_nofile.rlim_cur > 0)
+    setrlimit(RLIMIT_NOFILE, &cmd_nofile); /* per process: the clone shares memory, not limits */
   execve(a->path, a->argv, a->envp);
   child_write("sbx-init: cannot execute ");
   child_write(a->path);

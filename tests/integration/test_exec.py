@@ -1,6 +1,7 @@
 """execute_command through `sbx exec`/`sbx run`: shell, cwd, env, exit codes, timeouts, output
 caps, background processes, and the rendered text an agent reads (contract §1.1)."""
 import json
+import subprocess
 import time
 
 import pytest
@@ -158,3 +159,33 @@ def test_usage_errors(sbx):
                  "ps", "release", "rm", "gc", "down", "config"]:
         p = sbx.run(verb, "--help")
         assert p.returncode == 0 and p.stdout.startswith(b"Usage: sbx " + verb.encode())
+
+
+def _cap_sys_resource():
+    with open("/proc/self/status") as f:
+        eff = next(int(l.split()[1], 16) for l in f if l.startswith("CapEff:"))
+    return bool(eff & (1 << 24))
+
+
+LIMITS = "ulimit -Sn; ulimit -Hn; ulimit -c; ulimit -Hc; ulimit -s; ulimit -l"
+
+
+def test_resource_limits_do_not_depend_on_the_launcher(sbx):
+    """Commands get the same limits whoever started the sandbox: a CLI with a tiny descriptor
+    limit and unlimited core dumps still gives 1024 open files, no core dumps, an 8 MiB stack;
+    sbx-init (PID 1) keeps its soft limit at its hard one; nothing inside can raise them."""
+    p = subprocess.run(["prlimit", "--nofile=256:4096", "--core=unlimited", "--"]
+                       + sbx.cmd("exec", "-t", "rl", "--json", "--", LIMITS),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    hard = "524288" if _cap_sys_resource() else "4096"  # no CAP_SYS_RESOURCE: never raised
+    assert json.loads(p.stdout)["stdout"].split() == ["1024", hard, "0", "0", "8192", "8192"]
+    # a later call from a CLI with other limits changes nothing: the sandbox keeps its own
+    r = sbx.sh("rl", LIMITS + "; grep 'open files' /proc/1/limits")
+    assert r["stdout"].split()[:6] == ["1024", hard, "0", "0", "8192", "8192"]
+    assert r["stdout"].split()[-3:-1] == [hard, hard], r["stdout"]
+    r = sbx.sh("rl", "ulimit -Hn %d" % (int(hard) + 1))
+    assert r["exit_code"] != 0 and "Operation not permitted" in r["stderr"], r
+    r = sbx.sh("rl", "ulimit -c 1")
+    assert r["exit_code"] != 0, r
+

@@ -600,6 +600,14 @@ def test_event_stream_framing(sbxd):
     assert len(pings) >= 2 and all(p["text"] == "pong" for p in pings)
 
 
+def test_commands_get_the_sandbox_limits_not_sbxd_s(sbxd):
+    # sbxd raises its own descriptor limit; its sandboxes' commands still get 1024
+    s = sbxd()
+    sb = s.create()
+    out, last = sb.run("ulimit -Sn; ulimit -c; ulimit -s")
+    assert out == ["1024", "0", "8192"] and last["type"] == "execution_complete", (out, last)
+
+
 def test_hundred_concurrent_streams(sbxd):
     s = sbxd()
     sb = s.create()

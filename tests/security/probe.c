@@ -955,6 +955,9 @@ static int cmd_nofile(void)
   /* try to raise it past what the sandbox was given */
   struct rlimit more = {rl.rlim_max * 2, rl.rlim_max * 2};
   report("raise_rlimit_nofile", setrlimit(RLIMIT_NOFILE, &more));
+  /* what any process may do: its soft limit up to the hard one, then exhaust that */
+  struct rlimit all = {rl.rlim_max, rl.rlim_max};
+  report("raise_soft_to_hard", setrlimit(RLIMIT_NOFILE, &all));
   for (;;) {
     int fd = open("/dev/null", O_RDONLY);
     if (fd < 0) {

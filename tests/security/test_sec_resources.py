@@ -126,6 +126,11 @@ def test_open_files(pair):
     assert len(raised) == 4 and len(refused) == 4, r
     assert set(raised) == {"EPERM"}  # no CAP_SYS_RESOURCE
     assert set(refused) == {"EMFILE"}
+    # commands start at 1024 open files and may go up to the sandbox's hard limit, no further
+    limits = [l[1:] for l in lines if l[0] == "rlimit_nofile"]
+    assert limits and all(l[0] == "1024" for l in limits), limits
+    assert [l[1] for l in lines if l[0] == "raise_soft_to_hard"] == ["ok"] * 4
+    assert all(int(l[1]) >= int(limits[0][1]) - 10 for l in lines if l[0] == "opened"), lines
     print("open files: 4 x %s descriptors, then EMFILE; raising the limit: %s" % (
         [l[1] for l in lines if l[0] == "opened"][0], raised[0]))
     _still_serves(s, a)

@@ -10,6 +10,7 @@
 #include <linux/seccomp.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 static const int keep_caps[] = {
@@ -52,6 +53,37 @@ static int install_seccomp(sbx_error_t *err)
                             .filter = (struct sock_filter *) sbx_seccomp_filter};
   if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "install the seccomp filter");
+  return 0;
+}
+
+int sbx_confine_rlimits(sbx_error_t *err)
+{
+  static const struct {
+    int resource;
+    const char *name;
+    struct rlimit rl;
+  } limits[] = {
+      {RLIMIT_NOFILE, "RLIMIT_NOFILE", {SBX_NOFILE_MAX, SBX_NOFILE_MAX}},
+      {RLIMIT_CORE, "RLIMIT_CORE", {0, 0}},
+      {RLIMIT_STACK, "RLIMIT_STACK", {8u << 20, RLIM_INFINITY}},
+      {RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK", {8u << 20, 8u << 20}},
+  };
+  for (size_t i = 0; i < ARRAY_SIZE(limits); i++) {
+    struct rlimit rl = limits[i].rl;
+    if (setrlimit(limits[i].resource, &rl) == 0)
+      continue;
+    /* A host whose fs.nr_open is lower, or a launcher without CAP_SYS_RESOURCE (nested in a
+     * container): keep the hard limit we have, never above the wanted one. */
+    struct rlimit cur;
+    if (errno != EPERM || getrlimit(limits[i].resource, &cur) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
+    if (rl.rlim_max > cur.rlim_max)
+      rl.rlim_max = cur.rlim_max;
+    if (rl.rlim_cur > rl.rlim_max)
+      rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(limits[i].resource, &rl) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
+  }
   return 0;
 }
 

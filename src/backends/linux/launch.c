@@ -85,6 +85,8 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
     if (fd >= 0)
       (void) !write(fd, "0", 1);
   }
+  if (sbx_confine_rlimits(&err) < 0)
+    child_fail(sync_w, &err);
   /* a cgroup namespace rooted at our cgroup (the sandbox sees it as "/"), then, last, the user
    * namespace */
   char c;
@@ -110,8 +112,10 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
     _exit(1);
   close(sync_w);
   close(sync_r);
-  struct sbx_agent_opts opts = {
-      .listen_fd = listen_fd, .lease_fd = lease_fd, .idle_timeout_s = s->idle_timeout_s};
+  struct sbx_agent_opts opts = {.listen_fd = listen_fd,
+                                .lease_fd = lease_fd,
+                                .idle_timeout_s = s->idle_timeout_s,
+                                .cmd_nofile = SBX_NOFILE_CMD};
   _exit(sbx_agent_serve(&opts));
 }
 
