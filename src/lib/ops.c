@@ -146,6 +146,13 @@ int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err)
   memset(m, 0, sizeof *m);
   if (op_check(sb, (const void *) (sb ? sb->in.ops->metrics : NULL), "metrics", err) < 0)
     return -1;
+  /* the cgroup outlives a dead init until the sandbox is destroyed: its figures would look
+   * like a live sandbox's */
+  if (sb->in.ops->alive && !sb->in.ops->alive(&sb->in))
+    return done(
+        sb,
+        sbx_make_error(err, ESRCH, SBX_E_BACKEND, "sandbox %s: its init is gone", sb->in.meta.id),
+        err);
   return sb->in.ops->metrics(&sb->in, m, err);
 }
 
