@@ -2,6 +2,7 @@
  * directory fds (openat + O_NOFOLLOW below the root, never path strings re-resolved), with the
  * limit+1 truncation rule. See search.h for the contract. */
 #include "search.h"
+#include "text.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -483,19 +484,9 @@ static int text_class(const char *data, size_t n)
   size_t i = 0;
   int cls = TEXT_ASCII;
   while (i < n) {
-    while (i + 8 <= n) {
-      uint64_t w;
-      memcpy(&w, s + i, 8);
-      if (w & 0x8080808080808080ULL)
-        break;
-      i += 8;
-    }
+    i += sbx_ascii_run(s + i, n - i);
     if (i >= n)
       break;
-    if (s[i] < 0x80) {
-      i++;
-      continue;
-    }
     bool ok;
     i += utf8_next(s + i, n - i, &ok);
     if (!ok)

@@ -38,25 +38,28 @@ static size_t utf8_seq(const unsigned char *s, size_t len)
   return n;
 }
 
+size_t sbx_ascii_run(const void *s, size_t len)
+{
+  const unsigned char *p = s;
+  size_t i = 0;
+  for (uint64_t w; len - i >= 8; i += 8) {
+    memcpy(&w, p + i, 8);
+    if (w & 0x8080808080808080ull)
+      break;
+  }
+  while (i < len && p[i] < 0x80)
+    i++;
+  return i;
+}
+
 bool sbx_utf8_valid(const char *s, size_t len)
 {
   const unsigned char *p = (const unsigned char *) s;
   size_t i = 0;
   while (i < len) {
-    /* ASCII runs (most text) eight bytes at a time */
-    while (len - i >= 8) {
-      uint64_t w;
-      memcpy(&w, p + i, 8);
-      if (w & 0x8080808080808080ull)
-        break;
-      i += 8;
-    }
+    i += sbx_ascii_run(p + i, len - i); /* most text */
     if (i >= len)
       break;
-    if (p[i] < 0x80) {
-      i++;
-      continue;
-    }
     size_t n = utf8_seq(p + i, len - i);
     if (n == 0)
       return false;

@@ -14,6 +14,8 @@
 #define SBX_LINE_NONE INT64_MIN
 
 bool sbx_utf8_valid(const char *s, size_t len);
+/* How many bytes at s are ASCII before the first that is not (eight at a time). */
+size_t sbx_ascii_run(const void *s, size_t len);
 /* Copy with each maximal invalid sequence replaced by U+FFFD; *outlen gets the length. */
 char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen);
 
