@@ -152,6 +152,14 @@ static int open_regular(const char *path, sbx_error_t *err, struct stat *st)
   return fd;
 }
 
+static int reply_too_large_to_read(struct agent_conn *c, const char *path)
+{
+  sbx_error_t err = NULL;
+  sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
+                 SBX_READ_TEXT_MAX, path);
+  return agent_reply_error(c, &err);
+}
+
 int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
 {
   sbx_error_t err = NULL;
@@ -165,21 +173,16 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
   cleanup_close int fd = open_regular(path, &err, &st);
   if (fd < 0)
     return agent_reply_error(c, &err);
-  if ((uint64_t) st.st_size > SBX_READ_TEXT_MAX) {
-    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
-                   SBX_READ_TEXT_MAX, path);
-    return agent_reply_error(c, &err);
-  }
+  if ((uint64_t) st.st_size > SBX_READ_TEXT_MAX)
+    return reply_too_large_to_read(c, path);
   /* Read straight into a buffer sized from fstat (one more byte shows growth past it). */
   sbx_buf_t b = {0};
   size_t hint = (uint64_t) st.st_size < SBX_READ_TEXT_MAX ? (size_t) st.st_size : SBX_READ_TEXT_MAX;
   sbx_buf_reserve(&b, hint + 1);
   for (;;) {
-    if (b.len > SBX_READ_TEXT_MAX) {
+    if (b.len > SBX_READ_TEXT_MAX) { /* it grew after the fstat */
       sbx_buf_free(&b);
-      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
-                     SBX_READ_TEXT_MAX, path);
-      return agent_reply_error(c, &err);
+      return reply_too_large_to_read(c, path);
     }
     if (b.cap - b.len - 1 < 65536)
       sbx_buf_reserve(&b, 65536);

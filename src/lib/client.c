@@ -311,6 +311,8 @@ int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sb
 }
 
 /* Collects DATA frames until OK. If fd >= 0 the data goes there, else into out. */
+/* DATA frames to fd, or into out; more than max bytes (0: no cap) is the error "File exceeds
+ * maximum <what> size". */
 static int collect_data(int sock, int fd, sbx_buf_t *out, uint64_t max, const char *what,
                         sbx_error_t *err)
 {
@@ -334,9 +336,9 @@ static int collect_data(int sock, int fd, sbx_buf_t *out, uint64_t max, const ch
       return unexpected(hdr.type, what, err);
     total += hdr.len;
     if (max && total > max)
-      return sbx_make_error(
-          err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum %s size of %llu bytes",
-          fd < 0 && strcmp(what, "read_file") == 0 ? "read" : "download", (unsigned long long) max);
+      return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE,
+                            "File exceeds maximum %s size of %llu bytes", what,
+                            (unsigned long long) max);
     if (fd >= 0) {
       if (sbx_write_all(fd, p, hdr.len) < 0)
         return sbx_make_error(err, errno, SBX_E_IO, "write the downloaded data");
@@ -364,7 +366,7 @@ int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t star
   if (r < 0)
     return -1;
   sbx_buf_t b = {0};
-  if (collect_data(fd, -1, &b, SBX_READ_TEXT_MAX, "read_file", err) < 0) {
+  if (collect_data(fd, -1, &b, SBX_READ_TEXT_MAX, "read", err) < 0) {
     sbx_buf_free(&b);
     return -1;
   }
