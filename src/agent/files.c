@@ -199,6 +199,7 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
       break;
     b.len += (size_t) r;
   }
+  b.data[b.len] = '\0';
   size_t n = b.len;
   cleanup_free char *data = sbx_buf_steal(&b);
   if (!sbx_utf8_valid(data, n)) {

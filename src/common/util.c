@@ -120,6 +120,7 @@ void sbx_buf_reserve(sbx_buf_t *b, size_t extra)
     cap = cap > SIZE_MAX / 2 ? need : cap * 2;
   b->data = xrealloc(b->data, cap);
   b->cap = cap;
+  b->data[b->len] = '\0'; /* a string even if nothing is ever appended (steal returns it) */
 }
 
 void sbx_buf_append(sbx_buf_t *b, const void *data, size_t len)

@@ -395,6 +395,9 @@ def test_lifecycle_routes(sbxd):
         assert s.req("GET", "/v1/sandboxes?" + q).status == status
     r = s.req("GET", "/v1/sandboxes?metadata=" + urllib.parse.quote("a=1&broken"))
     assert r.status == 400 and r.error() == ("INVALID_METADATA_FORMAT", "Invalid metadata format: bad query field: 'broken'")
+    # an empty key (as parse_qsl gives it) matches nothing; it once read past its buffer
+    r = s.req("GET", "/v1/sandboxes?metadata=" + urllib.parse.quote("=ml&team=a"))
+    assert r.status == 200 and r.json()["items"] == [], r.body
 
     # metadata patch
     r = s.req("PATCH", "/v1/sandboxes/%s/metadata" % sb.id, {"tag": None, "new": "v"})

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -90,6 +91,23 @@ static void test_frames(void **state)
   close(sv[1]);
 }
 
+/* A buffer is a string at every step, even when space was reserved and nothing appended
+ * (regression: sbxd's URL decoding of an empty metadata key handed jansson unterminated
+ * memory; found by fuzz_sbxd_request). */
+static void test_buf_always_terminated(void **state)
+{
+  (void) state;
+  sbx_buf_t b = {0};
+  sbx_buf_reserve(&b, 100);
+  char *s = sbx_buf_steal(&b);
+  assert_string_equal(s, "");
+  free(s);
+  sbx_buf_putc(&b, 'x');
+  sbx_buf_reserve(&b, 1000);
+  assert_string_equal(b.data, "x");
+  sbx_buf_free(&b);
+}
+
 static void test_fd_passing(void **state)
 {
   (void) state;
@@ -122,6 +140,7 @@ int main(void)
       cmocka_unit_test(test_tlv_malformed),
       cmocka_unit_test(test_frames),
       cmocka_unit_test(test_fd_passing),
+      cmocka_unit_test(test_buf_always_terminated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
