@@ -142,6 +142,9 @@ void sbx__instance_free(struct sbx_instance *in)
 static int instance_destroy(struct sbx_instance *in, sbx_error_t *err)
 {
   int r = in->ops ? in->ops->destroy(in, err) : 0;
+  /* Never forget a sandbox that still runs: its state is how a later gc or down finds it. */
+  if (r < 0 && in->ops && in->ops->alive && in->ops->alive(in))
+    return -1;
   cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
   cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (pfd >= 0 && sbx_rm_rf_at(pfd, in->meta.id) < 0 && r == 0)

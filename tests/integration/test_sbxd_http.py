@@ -216,13 +216,15 @@ def sbxd(tmp_path):
         return s
 
     yield start
-    for s in started:
-        if s.killed:
-            continue
-        code = s.stop()
-        assert code == 0, "sbxd exited with %s: %s" % (code, [l for l in s.logs if "raw" in l][-30:])
-    for s in started:
-        subprocess.run([SBX, "--home", s.home, "down"], capture_output=True, timeout=120)
+    try:
+        for s in started:
+            if s.killed:
+                continue
+            code = s.stop()
+            assert code == 0, "sbxd exited with %s: %s" % (code, [l for l in s.logs if "raw" in l][-30:])
+    finally:  # a failed test or a crashed sbxd must not leave its sandboxes running
+        for s in started:
+            subprocess.run([SBX, "--home", s.home, "down"], capture_output=True, timeout=120)
 
 
 def sbx_ps(home):

@@ -28,14 +28,20 @@
  *   probe swapfile DIR SECONDS  same with DIR/f.txt (a file) and DIR/fl (a symlink to /etc/passwd)
  *   probe hardlink            hard links to files outside /mnt/user-data
  *   probe spin SECONDS        burn CPU
+ *   probe nosys NR CMD...     run CMD with syscall NR failing with ENOSYS (a seccomp filter), as
+ *                             on a kernel or under a tracer that lacks it (a fault for the host
+ * side)
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
 #include <linux/bpf.h>
+#include <linux/filter.h>
 #include <linux/keyctl.h>
 #include <linux/perf_event.h>
 #include <linux/reboot.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -52,6 +58,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1082,6 +1089,27 @@ static int cmd_spin(int seconds)
   return 0;
 }
 
+static int cmd_nosys(long nr, char **cmd)
+{
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned) nr, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {(unsigned short) (sizeof f / sizeof f[0]), f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
+    perror("probe nosys: seccomp");
+    return 125;
+  }
+  execvp(cmd[0], cmd);
+  perror("probe nosys: exec");
+  return 127;
+}
+
 int main(int argc, char **argv)
 {
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1114,6 +1142,8 @@ int main(int argc, char **argv)
     return cmd_memhog(atol(argv[2]));
   if (strcmp(c, "nofile") == 0)
     return cmd_nofile();
+  if (strcmp(c, "nosys") == 0 && argc >= 4)
+    return cmd_nosys(atol(argv[2]), argv + 3);
   if (strcmp(c, "inodes") == 0 && argc == 4)
     return cmd_inodes(argv[2], atol(argv[3]));
   if (strcmp(c, "deepdir") == 0 && argc == 4)

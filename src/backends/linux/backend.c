@@ -172,6 +172,16 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
         sbx_cgroup_freeze(&cg, false, NULL);
       struct pollfd pfd = {pidfd, POLLIN, 0};
       poll(&pfd, 1, 5000);
+    } else if (pidfd < 0 && errno != ESRCH) {
+      /* No pidfd (out of descriptors, or a tracer such as valgrind that does not know the
+       * call): a plain kill, checked against the start time just before (a pid reused in
+       * that window is the price, and only then), then wait for the start time to change. */
+      if (sbx_proc_start_time(in->meta.pid) == in->meta.pid_start)
+        kill((pid_t) in->meta.pid, SIGKILL);
+      if (in->meta.cgroups)
+        sbx_cgroup_freeze(&cg, false, NULL);
+      for (uint64_t until = sbx_now_ms() + 5000; linux_alive(in) && sbx_now_ms() < until;)
+        usleep(1000);
     }
     if (pidfd >= 0)
       close(pidfd);
