@@ -10,7 +10,7 @@ DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libcmocka-dev libunistring-dev python3 python3-pytest valgrind
 
 .PHONY: all build deps run tour check test unit integration san format format-check clean bench \
-        fuzz load
+        fuzz load memcheck
 
 all: build
 
@@ -52,10 +52,16 @@ integration: build san
 	cd $(SAN_BUILD) && ctest --output-on-failure -L integration
 
 # Everything: format, the release build, the sanitizer build, unit, integration, SDK and security
-# tests (ctest, on the sanitizer build), then a short pass of every fuzz target.
+# tests (ctest, on the sanitizer build), valgrind memcheck of the release build, then a short
+# pass of every fuzz target.
 check: deps format-check build san
 	cd $(SAN_BUILD) && ctest --output-on-failure
+	SBX_BUILD=$(BUILD) tests/memcheck/run.sh
 	fuzz/run.sh 5
+
+# valgrind memcheck: unit tests, the CLI's verbs and an sbxd session, on the release build.
+memcheck: build
+	SBX_BUILD=$(BUILD) tests/memcheck/run.sh
 
 # Each fuzz target for FUZZ_SECONDS (clang, libFuzzer; see fuzz/run.sh).
 FUZZ_SECONDS ?= 60
