@@ -141,9 +141,19 @@ void sbx__instance_free(struct sbx_instance *in)
 /* Removes the sandbox's processes and state. The caller holds locks/<id>. */
 static int instance_destroy(struct sbx_instance *in, sbx_error_t *err)
 {
-  int r = in->ops ? in->ops->destroy(in, err) : 0;
-  /* Never forget a sandbox that still runs: its state is how a later gc or down finds it. */
-  if (r < 0 && in->ops && in->ops->alive && in->ops->alive(in))
+  sbx_error_t derr = NULL;
+  int r = in->ops ? in->ops->destroy(in, &derr) : 0;
+  /* A backend that could not stop its sandbox says so (SBX_E_BUSY): never forget one that still
+   * runs, its state is how a later gc or down finds it. (A remote that cannot be reached is
+   * forgotten: its server's own expiry reclaims it.) */
+  bool running = r < 0 && derr && derr->kind == SBX_E_BUSY;
+  if (r < 0) {
+    if (err)
+      *err = derr;
+    else
+      sbx_error_release(&derr);
+  }
+  if (running)
     return -1;
   cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
   cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

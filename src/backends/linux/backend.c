@@ -185,6 +185,11 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
     }
     if (pidfd >= 0)
       close(pidfd);
+    if (linux_alive(in)) {
+      sbx_cgroup_free(&cg);
+      return sbx_make_error(err, EBUSY, SBX_E_BUSY, "sandbox %s is still running (pid %lld)",
+                            in->meta.id, (long long) in->meta.pid);
+    }
   }
   int r = 0;
   if (in->meta.cgroups)
