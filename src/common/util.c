@@ -583,3 +583,29 @@ int sbx_open_tree_nofollow(const char *path, bool recursive)
   errno = saved;
   return tree;
 }
+
+unsigned long long sbx_proc_start_time(long pid)
+{
+  if (pid <= 0)
+    return 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  cleanup_free char *data = NULL;
+  if (sbx_read_file_at(AT_FDCWD, path, 4096, &data, NULL) < 0)
+    return 0;
+  /* the command name may contain spaces and parentheses: fields follow the last ')' */
+  char *p = strrchr(data, ')');
+  if (p == NULL || p[1] == '\0')
+    return 0;
+  p += 2;
+  /* a zombie is dead: it only waits for the host's init to reap it */
+  if (*p == 'Z' || *p == 'X')
+    return 0;
+  /* p is at field 3 (state); start time is field 22 */
+  for (int field = 3; field < 22 && p; field++) {
+    p = strchr(p, ' ');
+    if (p)
+      p++;
+  }
+  return p ? strtoull(p, NULL, 10) : 0;
+}

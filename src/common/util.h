@@ -100,6 +100,10 @@ int sbx_read_file_at(int dirfd, const char *path, size_t max, char **out, size_t
 int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
                       bool durable);
 
+/* Start time of a live process (0 if it is gone or a zombie): with the pid, it identifies a
+ * process across pid reuse. */
+unsigned long long sbx_proc_start_time(long pid);
+
 int sbx_mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
 int sbx_rm_rf_at(int dirfd, const char *name); /* no symlink following */
 /* A detached copy (open_tree OPEN_TREE_CLONE, close-on-exec) of the mount tree at path, reached

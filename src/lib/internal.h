@@ -67,10 +67,6 @@ int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n);
  * returns the path of its user-data directory. */
 char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
                             sbx_error_t *err);
-/* Start time of a live process (0 if it is gone or a zombie): with the pid, it identifies a
- * process across pid reuse. */
-unsigned long long sbx_proc_start_time(long pid);
-
 /* ---- backends ---- */
 struct sbx_instance;
 

@@ -436,6 +436,13 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     }
     return sbx__create(p, id, user, thread, NULL, err);
   }
+  if (in.meta.spare_key) {
+    /* a spare renamed to this id by a creator that died before writing its own metadata */
+    sbx_log(SBX_LOG_INFO, "sandbox %s is a spare its taker left half-made; replacing it", id);
+    instance_destroy(&in, NULL);
+    sbx__instance_free(&in);
+    return sbx__create(p, id, user, thread, NULL, err);
+  }
   if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
       strcmp(in.meta.thread, thread) != 0) {
     sbx_make_error(err, 0, SBX_E_CONFLICT,

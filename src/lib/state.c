@@ -335,29 +335,3 @@ char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thre
   }
   return xasprintf("%s/users/%s/threads/%s/user-data", home, user, thread);
 }
-
-unsigned long long sbx_proc_start_time(long pid)
-{
-  if (pid <= 0)
-    return 0;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  cleanup_free char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, path, 4096, &data, NULL) < 0)
-    return 0;
-  /* the command name may contain spaces and parentheses: fields follow the last ')' */
-  char *p = strrchr(data, ')');
-  if (p == NULL || p[1] == '\0')
-    return 0;
-  p += 2;
-  /* a zombie is dead: it only waits for the host's init to reap it */
-  if (*p == 'Z' || *p == 'X')
-    return 0;
-  /* p is at field 3 (state); start time is field 22 */
-  for (int field = 3; field < 22 && p; field++) {
-    p = strchr(p, ' ');
-    if (p)
-      p++;
-  }
-  return p ? strtoull(p, NULL, 10) : 0;
-}

@@ -157,8 +157,28 @@ static bool linux_alive(struct sbx_instance *in)
          sbx_proc_start_time(in->meta.pid) == in->meta.pid_start;
 }
 
+/* A sandbox whose creator died between the launch and its metadata: take the init's identity
+ * and cgroups from the launcher's record. */
+static void load_launch_record(struct sbx_instance *in)
+{
+  cleanup_free char *path = xasprintf("%s/" SBX_LAUNCH_RECORD, in->dir);
+  cleanup_free char *text = NULL;
+  if (sbx_read_file_at(AT_FDCWD, path, 8192, &text, NULL) < 0)
+    return;
+  long long pid = 0;
+  unsigned long long start = 0;
+  if (sscanf(text, "pid=%lld\nstart=%llu\n", &pid, &start) != 2 || pid <= 0 || start == 0)
+    return;
+  in->meta.pid = (long) pid;
+  in->meta.pid_start = start;
+  if (in->meta.cgroups == NULL)
+    in->meta.cgroups = steal_pointer(&text);
+}
+
 static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
 {
+  if (in->meta.pid <= 0)
+    load_launch_record(in);
   struct sbx_cgroup cg = {0};
   if (in->meta.cgroups)
     sbx_cgroup_parse(in->meta.cgroups, &cg);

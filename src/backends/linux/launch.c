@@ -218,6 +218,17 @@ fail_child:
   return -1;
 }
 
+/* SBX_LAUNCH_RECORD in the state folder: "pid=N\nstart=N\n" and the cgroup paths. */
+static void write_launch_record(const struct sbx_launch_spec *s, pid_t pid, const char *cgroups)
+{
+  cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  cleanup_free char *text =
+      xasprintf("pid=%d\nstart=%llu\n%s", (int) pid,
+                (unsigned long long) sbx_proc_start_time((long) pid), cgroups);
+  if (dirfd >= 0)
+    sbx_write_file_at(dirfd, SBX_LAUNCH_RECORD, text, strlen(text), 0600, false);
+}
+
 int sbx_launch_main(int fd)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -239,11 +250,20 @@ int sbx_launch_main(int fd)
     sbx_error_release(&err);
     ret = 1;
   } else {
-    sbx_tlv_writer_t w = {0};
     cleanup_free char *cgs = sbx_cgroup_format(&cg);
+    /* The record first: a creator killed after our report but before it wrote the pid into
+     * its metadata leaves a sandbox that only this file names (its destroy reads it). */
+    write_launch_record(&spec, pid, cgs);
+    sbx_tlv_writer_t w = {0};
     sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
     sbx_tlv_put_str(&w, SBX_T_TEXT, cgs);
-    sbx_frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w);
+    if (sbx_frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w) < 0) {
+      /* the creator is gone before learning of the sandbox: nobody would ever use it */
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      sbx_cgroup_destroy(&cg, 1000, NULL);
+      ret = 1;
+    }
     sbx_tlv_free(&w);
   }
   sbx_cgroup_free(&cg);

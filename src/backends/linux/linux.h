@@ -103,6 +103,9 @@ int sbx_confine(sbx_error_t *err);
 int sbx_confine_rlimits(sbx_error_t *err);
 
 /* ---- launch.c ---- */
+/* The file in a sandbox's state folder where the launcher records its init (pid, start time)
+ * and cgroups before reporting them: found by a destroy whose metadata never got them. */
+#define SBX_LAUNCH_RECORD "launched"
 /* `sbx-init launch`: reads a spec from fd, makes the sandbox, answers OK{PID} or ERR. */
 int sbx_launch_main(int fd);
 
