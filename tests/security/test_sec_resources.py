@@ -221,15 +221,10 @@ INOTIFY_ONE = "import ctypes; l = ctypes.CDLL(None, use_errno=True); fd = l.inot
               "print(fd, ctypes.get_errno())"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "per-user kernel counters are shared with the host: every sandbox's user namespace is "
-    "created by host root, so its inotify instances (and watches, POSIX mqueue bytes, pending "
-    "signals) are charged to host root's budget as well (fs.inotify.max_user_instances, 128 "
-    "here). One sandbox can take them all: host root's processes and every other sandbox then "
-    "get EMFILE. Fix (not small): a user namespace owned by a per-sandbox unprivileged uid, "
-    "with per-namespace limits (/proc/sys/user/max_inotify_*) set by the launcher. "
-    "See docs/security.md, 'Known gaps'."))
 def test_inotify_exhaustion_stays_inside(pair):
+    """A sandbox holding every inotify instance it can get leaves host root and a neighbour
+    sandbox able to make theirs: each user namespace is owned by its own host uid, which the
+    kernel charges instead of host root (regression: all sandboxes and root shared root's 128)."""
     s, prober, a, b = pair
     s.run("upload", "-t", a, WS + "/hold.py", input=INOTIFY_HOLD.encode(), check=0)
     p = sbxsec.spawn_cli(s, "exec", "-t", a, "--", "python3 %s/hold.py 1.5" % WS,

@@ -70,6 +70,9 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
   if (got < 1 || msg[0] != 'C')
     _exit(1);
   msg[got] = '\0';
+  unsigned owner = 0;
+  if (sscanf(msg + 1, "owner=%u", &owner) != 1 || owner < SBX_OWNER_BASE)
+    _exit(1);
   struct sbx_cgroup cg;
   sbx_cgroup_parse(msg + 1, &cg);
   int joined = sbx_cgroup_join_self(&cg, &err);
@@ -92,6 +95,12 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
   char c;
   if (unshare(CLONE_NEWCGROUP) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
+    child_fail(sync_w, &err);
+  }
+  /* the user namespace belongs to whoever creates it: its own unprivileged host uid, not root
+   * (setting only the effective uid; the namespace's root is set up below) */
+  if (setresuid((uid_t) -1, owner, (uid_t) -1) < 0) {
+    sbx_make_error(&err, errno, SBX_E_INTERNAL, "take the namespace owner's uid");
     child_fail(sync_w, &err);
   }
   if (unshare(CLONE_NEWUSER) < 0) {
@@ -175,7 +184,7 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
   {
     /* one write: the pipe delivers it whole (under PIPE_BUF) */
     cleanup_free char *paths = sbx_cgroup_format(cg);
-    cleanup_free char *msg = xasprintf("C%s", paths);
+    cleanup_free char *msg = xasprintf("Cowner=%u\n%s", SBX_OWNER_BASE + (unsigned) pid, paths);
     if (strlen(msg) >= 4096) {
       sbx_make_error(err, ENAMETOOLONG, SBX_E_INTERNAL, "cgroup paths too long");
       goto fail_child_cg;

@@ -13,6 +13,11 @@
 
 #define SBX_UID_BASE 100000u /* host id of the sandbox's root */
 #define SBX_UID_COUNT 65536u
+/* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
+ * so no two running sandboxes share one. The kernel charges per-user counters (inotify
+ * instances and watches, mqueue bytes, pending signals) to the namespace's owner: each sandbox
+ * gets its own budget, and host root's is never touched. No host account uses these ids. */
+#define SBX_OWNER_BASE 0x40000000u
 #define SBX_MSG_LAUNCH 200 /* libsbx -> launcher: the launch spec */
 /* the sandbox's name inside (launch, and adopt.c when a spare takes a new id) */
 #define SBX_HOSTNAME_FMT "sbx-%s"
