@@ -173,7 +173,8 @@ LIMITS = "ulimit -Sn; ulimit -Hn; ulimit -c; ulimit -Hc; ulimit -s; ulimit -l"
 def test_resource_limits_do_not_depend_on_the_launcher(sbx):
     """Commands get the same limits whoever started the sandbox: a CLI with a tiny descriptor
     limit and unlimited core dumps still gives 1024 open files, no core dumps, an 8 MiB stack;
-    sbx-init (PID 1) keeps its soft limit at its hard one; nothing inside can raise them."""
+    sbx-init (PID 1) keeps its soft limit at its hard one; nothing inside can raise them; a CLI
+    with small memory, CPU, file size and process limits passes none of them on."""
     p = subprocess.run(["prlimit", "--nofile=256:4096", "--core=unlimited", "--"]
                        + sbx.cmd("exec", "-t", "rl", "--json", "--", LIMITS),
                        capture_output=True, timeout=60)
@@ -184,6 +185,26 @@ def test_resource_limits_do_not_depend_on_the_launcher(sbx):
     r = sbx.sh("rl", LIMITS + "; grep 'open files' /proc/1/limits")
     assert r["stdout"].split()[:6] == ["1024", hard, "0", "0", "8192", "8192"]
     assert r["stdout"].split()[-3:-1] == [hard, hard], r["stdout"]
+    # every other limit is the sandbox's too: the cgroups bound memory, CPU and processes, so a
+    # service manager's limits on the front-end do not shrink it; per-user kernel resources
+    # get Linux's defaults (they are charged to the namespace's own owner uid)
+    p = subprocess.run(["prlimit", "--as=1000000000:", "--data=1000000000:", "--cpu=100:",
+                        "--fsize=1000000:", "--nproc=50:", "--sigpending=100:", "--msgqueue=1000:",
+                        "--"] + sbx.cmd("exec", "-t", "rl2", "--json", "--", "cat /proc/self/limits"),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    limits = {}
+    for line in json.loads(p.stdout)["stdout"].splitlines()[1:]:
+        cols = line[26:].split()
+        limits[line[:26].strip()] = cols[:2]
+    for name in ("Max cpu time", "Max file size", "Max data size", "Max address space",
+                 "Max file locks", "Max realtime timeout"):
+        assert limits[name] == ["unlimited", "unlimited"], (name, limits[name])
+    assert limits["Max pending signals"] == ["16384", "16384"]
+    assert limits["Max msgqueue size"] == ["819200", "819200"]
+    assert limits["Max nice priority"] == ["0", "0"] and limits["Max realtime priority"] == ["0", "0"]
+    nproc = limits["Max processes"]
+    assert nproc[0] == nproc[1] and (nproc[1] == "unlimited" or not _cap_sys_resource()), nproc
     r = sbx.sh("rl", "ulimit -Hn %d" % (int(hard) + 1))
     assert r["exit_code"] != 0 and "Operation not permitted" in r["stderr"], r
     r = sbx.sh("rl", "ulimit -c 1")

@@ -67,6 +67,20 @@ int sbx_confine_rlimits(sbx_error_t *err)
       {RLIMIT_CORE, "RLIMIT_CORE", {0, 0}},
       {RLIMIT_STACK, "RLIMIT_STACK", {8u << 20, RLIM_INFINITY}},
       {RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK", {8u << 20, 8u << 20}},
+      /* the cgroups bound memory, CPU and processes: a service manager's limits on the
+       * front-end (LimitAS=, LimitNPROC=...) must not shrink the sandbox */
+      {RLIMIT_AS, "RLIMIT_AS", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_DATA, "RLIMIT_DATA", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_FSIZE, "RLIMIT_FSIZE", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_CPU, "RLIMIT_CPU", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_NPROC, "RLIMIT_NPROC", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_LOCKS, "RLIMIT_LOCKS", {RLIM_INFINITY, RLIM_INFINITY}},
+      {RLIMIT_RTTIME, "RLIMIT_RTTIME", {RLIM_INFINITY, RLIM_INFINITY}},
+      /* per-user kernel resources, charged to the namespace's own owner uid */
+      {RLIMIT_SIGPENDING, "RLIMIT_SIGPENDING", {SBX_SIGPENDING, SBX_SIGPENDING}},
+      {RLIMIT_MSGQUEUE, "RLIMIT_MSGQUEUE", {819200, 819200}},
+      {RLIMIT_NICE, "RLIMIT_NICE", {0, 0}},
+      {RLIMIT_RTPRIO, "RLIMIT_RTPRIO", {0, 0}},
   };
   for (size_t i = 0; i < ARRAY_SIZE(limits); i++) {
     struct rlimit rl = limits[i].rl;

@@ -99,12 +99,14 @@ int sbx_net_setup_loopback(sbx_error_t *err);
 /* Drops capabilities to Docker's default set, sets no_new_privs, makes the process
  * non-dumpable and installs the default seccomp filter. */
 int sbx_confine(sbx_error_t *err);
-/* The sandbox's resource limits, the same whoever launches it (the CLI, sbxd, a program
- * linking libsbx): RLIMIT_NOFILE hard SBX_NOFILE_MAX (commands get SBX_NOFILE_CMD soft), no
- * core dumps, an 8 MiB stack and locked-memory limit. Needs host privilege (raising a hard
- * limit): called before the user namespace is entered. */
+/* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
+ * sbxd, a program linking libsbx): RLIMIT_NOFILE hard SBX_NOFILE_MAX (commands get
+ * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's
+ * defaults for the per-user kernel resources, and no limit where a cgroup is the bound.
+ * Needs host privilege (raising a hard limit): called before the user namespace is entered. */
 #define SBX_NOFILE_MAX 524288
 #define SBX_NOFILE_CMD 1024
+#define SBX_SIGPENDING 16384
 int sbx_confine_rlimits(sbx_error_t *err);
 
 /* ---- launch.c ---- */
