@@ -206,14 +206,7 @@ static void *serve_input(void *arg)
     } else if (hdr.type == SBX_MSG_CONNECT) {
       r = 0;
     } else {
-      handler_fn h = handler_for(hdr.type);
-      if (h == NULL) {
-        sbx_error_t err = NULL;
-        sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", hdr.type);
-        r = agent_reply_error(&c, &err);
-      } else {
-        r = h(&c, payload, hdr.len);
-      }
+      r = dispatch(&c, hdr.type, payload, hdr.len);
     }
     free(payload);
     drain(sv[1]);

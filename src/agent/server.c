@@ -90,6 +90,18 @@ static handler_fn handler_for(uint16_t type)
   }
 }
 
+/* Runs the handler of a request type, or answers that the type is unknown. */
+static int dispatch(struct agent_conn *c, uint16_t type, const char *payload, size_t len)
+{
+  handler_fn h = handler_for(type);
+  if (h == NULL) {
+    sbx_error_t err = NULL;
+    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", type);
+    return agent_reply_error(c, &err);
+  }
+  return h(c, payload, len);
+}
+
 /* A spare taken as a sandbox without idle expiry (sbxd's) is told so. Lengthening the expiry of
  * a sandbox started without one is not possible (its timer was never armed): that is refused. */
 static int set_idle(struct agent_conn *c, const char *payload, size_t len)
@@ -130,14 +142,7 @@ static void *conn_main(void *arg)
     } else if (hdr.type == SBX_MSG_SET_IDLE) {
       r = set_idle(&c, payload, hdr.len);
     } else {
-      handler_fn h = handler_for(hdr.type);
-      if (h == NULL) {
-        sbx_error_t err = NULL;
-        sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", hdr.type);
-        r = agent_reply_error(&c, &err);
-      } else {
-        r = h(&c, payload, hdr.len);
-      }
+      r = dispatch(&c, hdr.type, payload, hdr.len);
     }
     if (r < 0)
       break;

@@ -259,23 +259,35 @@ static int perm_entry(json_t *v, unsigned *mode, const char **owner, const char 
   return 0;
 }
 
-static enum MHD_Result h_permissions(struct req *r)
+/* Checks every entry of a {path: {mode?, owner?, group?}} body before any is applied; a bad
+ * one is answered 400 (and the body released). */
+static bool perm_body_valid(struct req *r, json_t *body, enum MHD_Result *ret)
 {
-  enum MHD_Result ret;
-  json_t *body = json_body(r, false, &ret);
-  if (body == NULL)
-    return ret;
   const char *k, *owner, *group, *bad = NULL;
   json_t *v;
   unsigned mode;
   json_object_foreach(body, k, v)
   {
     if (perm_entry(v, &mode, &owner, &group, &bad) < 0) {
-      ret = sbxd_error(r, 400, "INVALID_REQUEST_BODY", "%s: %s", k, bad);
+      *ret = sbxd_error(r, 400, "INVALID_REQUEST_BODY", "%s: %s", k, bad);
       json_decref(body);
-      return ret;
+      return false;
     }
   }
+  return true;
+}
+
+static enum MHD_Result h_permissions(struct req *r)
+{
+  enum MHD_Result ret;
+  json_t *body = json_body(r, false, &ret);
+  if (body == NULL)
+    return ret;
+  if (!perm_body_valid(r, body, &ret))
+    return ret;
+  const char *k, *owner, *group, *bad = NULL;
+  json_t *v;
+  unsigned mode;
   json_object_foreach(body, k, v)
   {
     perm_entry(v, &mode, &owner, &group, &bad);
@@ -402,17 +414,11 @@ static enum MHD_Result h_mkdir(struct req *r)
   json_t *body = json_body(r, false, &ret);
   if (body == NULL)
     return ret;
+  if (!perm_body_valid(r, body, &ret))
+    return ret;
   const char *k, *owner, *group, *bad = NULL;
   json_t *v;
   unsigned mode;
-  json_object_foreach(body, k, v)
-  {
-    if (perm_entry(v, &mode, &owner, &group, &bad) < 0) {
-      ret = sbxd_error(r, 400, "INVALID_REQUEST_BODY", "%s: %s", k, bad);
-      json_decref(body);
-      return ret;
-    }
-  }
   json_object_foreach(body, k, v)
   {
     perm_entry(v, &mode, &owner, &group, &bad);

@@ -19,34 +19,30 @@ static void copy_out(char *out, size_t size, const char *tmp)
   out[n] = '\0';
 }
 
+/* RFC 3339 UTC with `digits` fractional digits of frac. */
+static void time_format(int64_t secs64, long frac, int digits, char *out, size_t n)
+{
+  time_t secs = (time_t) secs64;
+  struct tm tm;
+  char tmp[128];
+  if (gmtime_r(&secs, &tm) == NULL)
+    snprintf(tmp, sizeof tmp, "1970-01-01T00:00:00.%0*dZ", digits, 0);
+  else
+    snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%0*ldZ", (tm.tm_year + 1900) % 10000,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, digits, frac);
+  copy_out(out, n, tmp);
+}
+
 void sbxd_time_format(int64_t ms, char out[32])
 {
-  time_t secs = (time_t) (ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
-  int frac = (int) (ms - (int64_t) secs * 1000);
-  struct tm tm;
-  if (gmtime_r(&secs, &tm) == NULL) {
-    snprintf(out, 32, "1970-01-01T00:00:00.000Z");
-    return;
-  }
-  char tmp[128];
-  snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-  copy_out(out, 32, tmp);
+  int64_t secs = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;
+  time_format(secs, (long) (ms - secs * 1000), 3, out, 32);
 }
 
 void sbxd_time_format_ns(int64_t ns, char out[40])
 {
-  time_t secs = (time_t) (ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000);
-  long frac = (long) ((ns - (int64_t) secs * 1000000000) / 1000);
-  struct tm tm;
-  if (gmtime_r(&secs, &tm) == NULL) {
-    snprintf(out, 40, "1970-01-01T00:00:00.000000Z");
-    return;
-  }
-  char tmp[128];
-  snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", (tm.tm_year + 1900) % 10000,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-  copy_out(out, 40, tmp);
+  int64_t secs = ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+  time_format(secs, (long) ((ns - secs * 1000000000) / 1000), 6, out, 40);
 }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm). */
