@@ -164,8 +164,24 @@ static bool exchange(const char *req, size_t len, sbx_buf_t *resp, int deadline_
   struct timeval tv = {2, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *) &server, sizeof server) < 0)
-    fail("cannot connect to sbxd", req, len, NULL);
+  /* loopback itself can be short of ports or backlog for a moment (thousands of connections in
+   * TIME_WAIT): retry those; a refusal means sbxd stopped listening */
+  int tries = 0;
+  while (connect(fd, (struct sockaddr *) &server, sizeof server) < 0) {
+    int e = errno;
+    if ((e != EAGAIN && e != EADDRNOTAVAIL && e != ETIMEDOUT && e != EINTR) || ++tries > 40) {
+      char what[96];
+      snprintf(what, sizeof what, "cannot connect to sbxd: %s", strerror(e));
+      fail(what, req, len, NULL);
+    }
+    close(fd);
+    usleep(50000);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      fail("socket failed", req, len, NULL);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
   for (size_t off = 0; off < len;) {
     ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
     if (n <= 0)
