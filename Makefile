@@ -2,6 +2,8 @@
 # passes the tests, on a fresh Debian 12 machine as root. CMake does the building.
 BUILD ?= build
 SAN_BUILD ?= build-san
+TSAN_BUILD ?= build-tsan
+PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
@@ -9,8 +11,8 @@ DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libjansson-dev libyaml-dev libseccomp-dev libmicrohttpd-dev libcurl4-openssl-dev \
        libcmocka-dev libunistring-dev python3 python3-pytest valgrind
 
-.PHONY: all build deps run tour check test unit integration san format format-check clean bench \
-        fuzz load memcheck
+.PHONY: all build deps run tour check test unit integration san tsan tsan-build install format \
+        format-check clean bench fuzz load memcheck
 
 all: build
 
@@ -29,6 +31,21 @@ deps:
 san:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSBX_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(SAN_BUILD) -j $(JOBS)
+
+# ThreadSanitizer (gcc): sbxd, sbx and sbx-init built with -fsanitize=thread in $(TSAN_BUILD),
+# then the sbxd, exec and SDK suites over it; any TSan report fails (tests/tsan/run.sh).
+tsan-build:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_TSAN=ON -DSBX_TESTS=OFF \
+	  $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+
+tsan: tsan-build
+	SBX_BUILD=$(TSAN_BUILD) tests/tsan/run.sh
+
+# sbx and sbxd in PREFIX/bin, sbx-init in PREFIX/libexec/sbx, libsbx.so/.a, include/sbx and
+# sbx.pc (GNUInstallDirs; DESTDIR is honoured).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The main job: sbxd (OpenSandbox's HTTP APIs over sbx) in the foreground on the embedded default,
 # 127.0.0.1:8080 with the state in .sbx (SBXD_ARGS adds options, e.g. --api-key KEY).
@@ -52,12 +69,23 @@ integration: build san
 	cd $(SAN_BUILD) && ctest --output-on-failure -L integration
 
 # Everything: format, the release build, the sanitizer build, unit, integration, SDK and security
-# tests (ctest, on the sanitizer build), valgrind memcheck of the release build, then a short
-# pass of every fuzz target.
-check: deps format-check build san
-	cd $(SAN_BUILD) && ctest --output-on-failure
-	SBX_BUILD=$(BUILD) tests/memcheck/run.sh
-	fuzz/run.sh 5
+# tests (ctest, on the sanitizer build), valgrind memcheck of the release build, a short pass of
+# every fuzz target, then the ThreadSanitizer build and its suites. Each phase's time is printed
+# as it ends and all of them in a table at the end (or at the first failure).
+CHECK_TIMES = $(BUILD)/check-times.txt
+PHASE = scripts/phase.sh $(CHECK_TIMES)
+check:
+	@rm -f $(CHECK_TIMES)
+	@$(PHASE) deps $(MAKE) --no-print-directory deps
+	@$(PHASE) format $(MAKE) --no-print-directory format-check
+	@$(PHASE) build $(MAKE) --no-print-directory build
+	@$(PHASE) build-san $(MAKE) --no-print-directory san
+	@$(PHASE) ctest sh -c 'cd $(SAN_BUILD) && ctest --output-on-failure'
+	@$(PHASE) memcheck env SBX_BUILD=$(BUILD) tests/memcheck/run.sh
+	@$(PHASE) fuzz fuzz/run.sh 5
+	@$(PHASE) build-tsan $(MAKE) --no-print-directory tsan-build
+	@$(PHASE) tsan env SBX_BUILD=$(TSAN_BUILD) tests/tsan/run.sh
+	@$(PHASE) --summary
 
 # valgrind memcheck: unit tests, the CLI's verbs and an sbxd session, on the release build.
 memcheck: build
@@ -79,4 +107,4 @@ bench:
 test: check
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)

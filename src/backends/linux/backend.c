@@ -19,10 +19,15 @@
 #ifndef SBX_LIBEXECDIR
 #define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
 #endif
+#ifndef SBX_LIBEXEC_FROM_BIN
+#define SBX_LIBEXEC_FROM_BIN "../libexec/sbx"
+#endif
 
 extern char **environ;
 
-/* $SBX_INIT, else next to the running executable, else the install location. */
+/* $SBX_INIT, else next to the running executable (a build folder), else where an install put it
+ * relative to the executable (bin/../libexec/sbx: an install moved to another prefix), else the
+ * configured install location. */
 char *sbx__init_path(void)
 {
   const char *env = getenv("SBX_INIT");
@@ -35,10 +40,13 @@ char *sbx__init_path(void)
     char *slash = strrchr(self, '/');
     if (slash) {
       *slash = '\0';
-      char *p = xasprintf("%s/sbx-init", self);
-      if (access(p, X_OK) == 0)
-        return p;
-      free(p);
+      static const char *const rel[] = {"", "/" SBX_LIBEXEC_FROM_BIN};
+      for (size_t i = 0; i < ARRAY_SIZE(rel); i++) {
+        char *p = xasprintf("%s%s/sbx-init", self, rel[i]);
+        if (access(p, X_OK) == 0)
+          return p;
+        free(p);
+      }
     }
   }
   return xstrdup(SBX_LIBEXECDIR "/sbx-init");
