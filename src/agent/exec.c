@@ -152,8 +152,8 @@ static pid_t spawn(const struct spawn_args *a, int *pidfd)
   if (stack == NULL)
     return -1;
   int pfd = -1;
-  pid_t pid = clone(child_exec, stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD,
-                    (void *) a, &pfd);
+  pid_t pid = sbx__clone_vm(child_exec, stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD,
+                            (void *) a, &pfd);
   int saved = errno;
   free(stack);
   if (pid < 0) {

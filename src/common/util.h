@@ -122,4 +122,11 @@ void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen);
 /* hexlen random lower-case hex characters from getrandom(2). */
 int sbx_random_hex(char *out, size_t hexlen);
 
+/* clone(fn, stack_top, flags, arg, pidfd) for a CLONE_VM | CLONE_VFORK child (pidfd is filled
+ * with CLONE_PIDFD). In a ThreadSanitizer build it calls libc's clone past TSan's interceptor,
+ * which runs fork bookkeeping in the child: with CLONE_VM that lands in the parent's memory,
+ * and TSan then refuses to start threads. A vfork child is its suspended parent's continuation,
+ * which is how TSan sees it without the interceptor. */
+pid_t sbx__clone_vm(int (*fn)(void *), void *stack_top, int flags, void *arg, int *pidfd);
+
 #endif

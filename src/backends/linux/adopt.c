@@ -111,7 +111,8 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
                           .etc_hosts = etc_hosts};
   cleanup_free char *stack = xmalloc(ADOPT_STACK);
   /* CLONE_VFORK: we resume once the child is done; CLONE_VM: it writes job.step/err for us */
-  pid_t child = clone(adopt_child, stack + ADOPT_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &job);
+  pid_t child =
+      sbx__clone_vm(adopt_child, stack + ADOPT_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &job, NULL);
   if (child < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "sandbox %s: start the adopting child", id);
   int status = 0;
