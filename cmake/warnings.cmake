@@ -1,4 +1,4 @@
-# The warning list from docs/design/style.md (bubblewrap's -Werror= list, adapted).
+# The warning list (bubblewrap's -Werror= list, adapted; docs/design/style.md says how we write C).
 set(SBX_WARNINGS
   -Wall -Wextra -Werror
   -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wformat-security
