@@ -1,6 +1,5 @@
 #include "util.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sched.h>
@@ -612,25 +611,10 @@ unsigned long long sbx_proc_start_time(long pid)
   return p ? strtoull(p, NULL, 10) : 0;
 }
 
-#ifdef SBX_TSAN_BUILD
-typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
-static clone_fn libc_clone;
-
-/* Resolved before any thread exists: libc's own clone (RTLD_NEXT would find TSan's). */
-__attribute__((constructor)) static void find_libc_clone(void)
-{
-  void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-  libc_clone = libc ? (clone_fn) dlsym(libc, "clone") : NULL;
-  if (libc_clone == NULL)
-    abort();
-}
-#endif
-
 pid_t sbx__clone_vm(int (*fn)(void *), void *stack_top, int flags, void *arg, int *pidfd)
 {
 #ifdef SBX_TSAN_BUILD
-  return libc_clone(fn, stack_top, flags, arg, pidfd);
-#else
-  return clone(fn, stack_top, flags, arg, pidfd);
+  flags &= ~CLONE_VM;
 #endif
+  return clone(fn, stack_top, flags, arg, pidfd);
 }

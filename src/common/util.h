@@ -123,10 +123,11 @@ void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen);
 int sbx_random_hex(char *out, size_t hexlen);
 
 /* clone(fn, stack_top, flags, arg, pidfd) for a CLONE_VM | CLONE_VFORK child (pidfd is filled
- * with CLONE_PIDFD). In a ThreadSanitizer build it calls libc's clone past TSan's interceptor,
- * which runs fork bookkeeping in the child: with CLONE_VM that lands in the parent's memory,
- * and TSan then refuses to start threads. A vfork child is its suspended parent's continuation,
- * which is how TSan sees it without the interceptor. */
+ * with CLONE_PIDFD). A ThreadSanitizer build drops CLONE_VM: TSan models a clone as a fork,
+ * and a child sharing our memory would run its fork bookkeeping, and its own accesses, on the
+ * parent thread's state (TSan then refused to start threads, saw descriptor races between two
+ * descriptor tables, and hung when a child died inside free). Without CLONE_VM, what the child
+ * writes for the parent (adopt.c's failing step) does not reach it; the exit status does. */
 pid_t sbx__clone_vm(int (*fn)(void *), void *stack_top, int flags, void *arg, int *pidfd);
 
 #endif
