@@ -23,10 +23,19 @@ trap '[ -n "${TSAN_KEEP:-}" ] && echo "tsan: kept $R" || rm -rf "$R"' EXIT
 # halt_on_error=0: one run lists every race (the report files decide); second_deadlock_stack
 # makes lock-order reports show both acquisitions.
 export TSAN_OPTIONS="log_path=$R/report suppressions=$SRC/tests/tsan/suppressions.txt halt_on_error=0 second_deadlock_stack=1 history_size=4"
+# Positive control: a racy program, same options: its report must land in $R.
+cc -std=c17 -g -fsanitize=thread tests/tsan/race.c -o "$R/race" -lpthread
+"$R/race" >/dev/null 2>&1
+if ! grep -qs '^WARNING: ThreadSanitizer: data race' "$R"/report.*; then
+  echo "tsan: FAIL the positive control's race was not reported in $R" >&2
+  exit 1
+fi
+rm -f "$R"/report.* "$R/race"
+# verbosity=1: each sbx-init announces itself, so the run can tell its stderr reached us.
 cat >"$R/sbx-init" <<EOS
 #!/bin/sh
 exec 2>>"$R/sbx-init.stderr"
-TSAN_OPTIONS="\$TSAN_OPTIONS log_path=stderr" exec "$B/sbx-init" "\$@"
+TSAN_OPTIONS="\$TSAN_OPTIONS log_path=stderr verbosity=1" exec "$B/sbx-init" "\$@"
 EOS
 chmod 0755 "$R/sbx-init"
 export SBX_BUILD=$B SBX_SOURCE=$SRC SBX_INIT=$R/sbx-init
@@ -35,15 +44,20 @@ fails=0
   tests/integration/test_sbxd_http.py tests/integration/test_exec.py || fails=$((fails + 1))
 tests/sdk/run.sh || fails=$((fails + 1))
 reports=$(find "$R" -name 'report.*' -type f | sort)
-if grep -q ThreadSanitizer "$R/sbx-init.stderr" 2>/dev/null; then
+if ! grep -qs 'Running under ThreadSanitizer' "$R/sbx-init.stderr"; then
+  echo "tsan: no sbx-init ran under ThreadSanitizer with its stderr in $R" >&2
+  fails=$((fails + 1))
+fi
+if grep -Eqs 'WARNING: ThreadSanitizer|ERROR: ThreadSanitizer|ThreadSanitizer: CHECK failed|Dying' \
+  "$R/sbx-init.stderr"; then
   reports="$reports $R/sbx-init.stderr"
 fi
 if [ -n "$reports" ]; then
   n=$(cat $reports | grep -c '^WARNING: ThreadSanitizer')
-  echo "tsan: $n report(s) in $(echo "$reports" | wc -l) process(es):"
+  echo "tsan: $n report(s):"
   for f in $reports; do
     echo "--- $(basename "$f")"
-    cat "$f"
+    grep -v -e 'Installed the sigaction' -e 'Running under ThreadSanitizer' "$f"
   done
   fails=$((fails + 1))
 fi
