@@ -9,6 +9,7 @@
 #
 #   tests/tsan/run.sh          (SBX_BUILD: the TSan build folder, default ./build-tsan;
 #                               TSAN_PYTEST_ARGS: extra pytest arguments, e.g. "-k exec";
+#                               TSAN_SUITES: other pytest files instead of the two;
 #                               TSAN_KEEP=1 keeps the report folder)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,7 +42,8 @@ chmod 0755 "$R/sbx-init"
 export SBX_BUILD=$B SBX_SOURCE=$SRC SBX_INIT=$R/sbx-init
 fails=0
 "${PYTHON3:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider ${TSAN_PYTEST_ARGS:-} \
-  tests/integration/test_sbxd_http.py tests/integration/test_exec.py || fails=$((fails + 1))
+  ${TSAN_SUITES:-tests/integration/test_sbxd_http.py tests/integration/test_exec.py} ||
+  fails=$((fails + 1))
 tests/sdk/run.sh || fails=$((fails + 1))
 reports=$(find "$R" -name 'report.*' -type f | sort)
 if ! grep -qs 'Running under ThreadSanitizer' "$R/sbx-init.stderr"; then
