@@ -2,7 +2,7 @@
  * paths; the download prefix; env keys; limits), then the backend's operation. A terminal
  * error (SBX_E_BACKEND) marks the sandbox broken so that it is evicted and the next acquire
  * cold-starts a replacement; the failing call still reports its error, and nothing is retried. */
-#include "internal.h"
+#include "provider.h"
 #include "text.h"
 
 #include <string.h>
@@ -162,15 +162,6 @@ int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool incl
   }
   strv_out(&s, matches, n);
   return 0;
-}
-
-void sbx_grep_matches_free(struct sbx_grep_match *m, size_t n)
-{
-  for (size_t i = 0; i < n; i++) {
-    free(m[i].path);
-    free(m[i].line);
-  }
-  free(m);
 }
 
 int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,

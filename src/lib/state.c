@@ -1,7 +1,7 @@
-/* The on-disk pool shared by every process on a host (layout in internal.h). Files are
+/* The on-disk pool shared by every process on a host (layout in state.h). Files are
  * written atomically (temp + rename); coordination is by flock, which the kernel releases when
  * a process dies, so a crashed front-end can never leave a lock or a lease behind. */
-#include "internal.h"
+#include "state.h"
 
 #include <fcntl.h>
 #include <jansson.h>

@@ -2,7 +2,7 @@
  * sbx-init locally. One connection per operation: connecting costs microseconds and keeps
  * concurrent operations on one sandbox independent. A broken or silent channel is a terminal
  * (SBX_E_BACKEND) error: the caller evicts the sandbox; nothing is retried. */
-#include "internal.h"
+#include "agent_client.h"
 #include "proto.h"
 #include "text.h"
 

@@ -1,0 +1,12 @@
+/* The backends this library has, by name (registry.c). */
+#ifndef SBX_LIB_REGISTRY_H
+#define SBX_LIB_REGISTRY_H
+
+#include "backend.h"
+
+extern const struct sbx_backend_ops sbx_backend_linux;
+extern const struct sbx_backend_ops sbx_backend_opensandbox;
+/* NULL name: the default (linux); NULL if there is no backend of that name. */
+const struct sbx_backend_ops *sbx_backend_find(const char *name);
+
+#endif
