@@ -8,9 +8,8 @@
  * spare (skipping busy ones), check it is alive and made for the configuration wanted, rename its
  * folder to the new id's (atomic; RENAME_NOREPLACE), then the backend adopts it (ops->adopt: its
  * name, the user-data folder). Filling runs the instance layer's create in the spare pool under
- * locks/fill,
- * so one filler per home works at a time; front-ends run it in the background (sbxd: a thread; the
- * CLI: a detached process after a verb that took one).
+ * locks/fill, so one filler per home works at a time; front-ends run it in the background (sbxd:
+ * a thread; the CLI: a detached process after a verb that took one).
  *
  * `down` (sbx_shutdown) stamps spare/locks/down first: a fill asked for before it (the CLI's
  * detached filler of the verb before) does nothing, one already running is waited for.
