@@ -314,6 +314,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
   }
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->in = in;
+  sb->in.provider = p; /* the handle's owner, for sbx__sandbox_broken */
   sb->lease_fd = sbx_lease_take(p->pool.home, id, err);
   if (sb->lease_fd < 0) {
     sbx__handle_free(sb);
@@ -502,6 +503,7 @@ sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
     close(lock);
     return sbx_make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
   }
+  sb->in.provider = p;
   if (!sb->in.ops->alive(&sb->in)) {
     sbx__handle_free(sb);
     close(lock);
