@@ -261,7 +261,6 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
     case SBX_MSG_OK: /* background: started */
       res->out = sbx_buf_steal(&out);
       res->err = sbx_buf_steal(&errb);
-      res->output = xstrdup("(no output)");
       return 0;
     case SBX_MSG_EXIT: {
       int64_t code = 0;
@@ -280,14 +279,7 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
       res->err_len = errb.len;
       res->out = sbx_buf_steal(&out);
       res->err = sbx_buf_steal(&errb);
-      if (!keep) {
-        /* nothing kept: the rendered text still reports exit and timeout */
-        res->out_total = res->err_total = 0;
-      }
-      sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
-                              res->err_len, res->err_total, res->exit_code, res->timed_out};
-      res->output = sbx_exec_render(&eo);
-      return 0;
+      return 0; /* the contract layer renders res->output */
     }
     default:
       unexpected(hdr.type, "exec", err);
