@@ -5,7 +5,6 @@
 
 #include "backend.h"
 
-int sbx__agent_connect(const char *dir, sbx_error_t *err);
 int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err);
 /* Changes the sandbox's idle expiry (sbx-init's own; 0: never). */
 int sbx__agent_set_idle(const char *dir, uint64_t idle_ms, sbx_error_t *err);
