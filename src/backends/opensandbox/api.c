@@ -564,10 +564,7 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
     req.body_len = body.len;
     req.timeout_s = request_timeout(r->cfg) + (double) len / (1 << 20);
   } else {
-    sbx_buf_printf(&prefix,
-                   "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
-                   "Content-Type: application/octet-stream\r\n\r\n",
-                   boundary, base);
+    osb_multipart_head(&prefix, boundary, "file", base, "application/octet-stream");
     src = (struct upload_src){.prefix = prefix.data,
                               .prefix_len = prefix.len,
                               .fd = fd,
