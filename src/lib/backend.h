@@ -89,7 +89,7 @@ struct sbx_backend_ops {
 
 /* One sandbox as the library sees it. */
 struct sbx_instance {
-  struct sbx_provider_s *provider;
+  struct sbx_provider_s *provider; /* the provider holding it (opaque here; NULL for a spare) */
   const char *home;
   const struct sbx_config *cfg;
   const struct sbx_backend_ops *ops;
