@@ -74,6 +74,8 @@ void mcp_session_free(struct mcp_session *s);
 const char *mcp_session_user(const struct mcp_session *s);
 const char *mcp_session_thread(const struct mcp_session *s);
 bool mcp_session_initialized(const struct mcp_session *s);
+/* The revision initialize agreed on; NULL before (or after a failed) initialize. */
+const char *mcp_session_protocol(const struct mcp_session *s);
 
 /* Handles one parsed message: answers a request (through send), acts on a notification
  * (notifications/cancelled kills the command of the request it names). Blocks for as long as

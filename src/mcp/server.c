@@ -90,6 +90,11 @@ bool mcp_session_initialized(const struct mcp_session *s)
   return s->initialized;
 }
 
+const char *mcp_session_protocol(const struct mcp_session *s)
+{
+  return s->proto[0] ? s->proto : NULL;
+}
+
 static void kill_call_locked(struct call *c)
 {
   c->cancelled = true;
@@ -803,8 +808,8 @@ static json_t *tool_reset(struct ctx *c, json_t *args)
     return fail_result(&err);
   pthread_rwlock_unlock(&c->s->sb_lock);
   drop_sandbox(c->s, true);
-  return text_result("OK: the sandbox was destroyed (files and processes); the next call starts "
-                     "a fresh one.",
+  return text_result("OK: the sandbox was destroyed (its processes, and files outside "
+                     "/mnt/user-data); the next call starts a fresh one.",
                      false);
 }
 
@@ -819,173 +824,219 @@ static const struct tool {
   bool read_only, destructive, idempotent, sandbox;
   const struct arg_spec *args;
   json_t *(*fn)(struct ctx *c, json_t *args);
-} tools[] =
-    {
-        {"execute_command", "Run a shell command",
-         "Run a shell command (`sh -lc COMMAND`) in the sandbox, in /mnt/user-data/workspace, "
-         "stdin "
-         "empty. Returns stdout, then stderr after a 'Std Error:' line, then 'Exit Code: N' when "
-         "it "
-         "is not 0 ('(no output)' if there is none). Background processes it starts keep running "
-         "for later calls. Each stream is kept up to 10 MiB.",
-         "{\"type\":\"object\",\"properties\":{\"command\":" STR(
-             "The shell command") ",\"env\":{\"type\":\"object\",\"additionalProperties\":{"
-                                  "\"type\":"
-                                  "\"string\"},\"description\":\"Extra environment variables "
-                                  "(names "
-                                  "match "
-                                  "^[A-Za-z_][A-Za-z0-9_]*$)\"},\"timeout\":{\"type\":\"number\","
-                                  "\"exclusiveMinimum\":0,\"description\":\"Seconds before the "
-                                  "command is killed (exit code 124); default "
-                                  "600\"}},\"required\":["
-                                  "\"command\"],\"additionalProperties\":false}",
-         "{\"type\":\"object\",\"properties\":{\"exit_code\":{\"type\":\"integer\"},\"timed_out\":{"
-         "\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},\"required\":[\"exit_"
-         "code\","
-         "\"timed_out\",\"duration_ms\"]}",
-         false, true, false, true, exec_args, tool_execute},
-        {"read_file", "Read a text file",
-         "Read a UTF-8 text file. With start_line/end_line (1-based, inclusive) only those lines. "
-         "Binary files are refused; output over 50000 characters is cut with a note.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"start_line\":" INT("First"
-                                                                                             " line"
-                                                                                             " to "
-                                                                                             "read "
-                                                                                             "(1-"
-                                                                                             "based"
-                                                                                             ")") ",\"end_line\":" INT(
-             "Last line to read (inclusive)") "},\"required\":[\"path\"],\"additionalProperties\":"
-                                              "false}",
-         NULL, true, false, true, true, read_args, tool_read},
-        {"write_file", "Write a text file",
-         "Write text to a file, creating parent directories. Replaces the file atomically, or "
-         "appends with append=true. Returns 'OK'.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"content\":" STR(
-             "The text to write") ",\"append\":" BOOL("Append instead of replacing (default "
-                                                      "false)") "},\"required\":[\"path\","
-                                                                "\"content\"],"
-                                                                "\"additionalProperties\":false}",
-         NULL, false, true, false, true, write_args, tool_write},
-        {"update_file", "Write a binary file",
-         "Replace a file with bytes given in base64 (atomically), creating parent directories. "
-         "Returns 'OK'.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"content_base64\":" STR(
-             "The file's bytes, base64") "},\"required\":[\"path\",\"content_base64\"],"
-                                         "\"additionalProperties\":false}",
-         NULL, false, true, true, true, update_args, tool_update},
-        {"download_file", "Download a file",
-         "Fetch a file under /mnt/user-data as an embedded resource (text, or base64 for binary "
-         "files), at most 10 MiB.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(
-             "Absolute path under /mnt/user-data") "},\"required\":[\"path\"],"
-                                                   "\"additionalProperties\":false}",
-         NULL, true, false, true, true, download_args, tool_download},
-        {"list_dir", "List a directory",
-         "List the entries below a directory to max_depth levels (default 2), one absolute path a "
-         "line, directories ending in '/'. Version-control, dependency and cache folders "
-         "(.git, node_modules, __pycache__...) are skipped.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"max_depth\":" INT(
-             "Levels to descend, 1 = children only (default 2)") "},\"required\":[\"path\"],"
-                                                                 "\"additionalProperties\":false}",
-         NULL, true, false, true, true, list_args, tool_list},
-        {"glob", "Find files by name",
-         "Find paths below a directory matching a glob pattern: without '/' it matches the name at "
-         "any depth ('*.py'); with '/' it is anchored at the directory, '**' matching any number "
-         "of "
-         "folders ('src/**/*.ts').",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR(
-             "Directory to search (absolute)") ",\"pattern\":" STR("Glob pattern") ",\"include_dirs"
-                                                                                   "\":" BOOL("Also"
-                                                                                              " mat"
-                                                                                              "ch "
-                                                                                              "dire"
-                                                                                              "ctor"
-                                                                                              "ies "
-                                                                                              "(def"
-                                                                                              "ault"
-                                                                                              " fal"
-                                                                                              "se)") ",\"max_results\":" INT(
-                                                                                       "At most "
-                                                                                       "this many "
-                                                                                       "(default "
-                                                                                       "200, at "
-                                                                                       "most 1000)") "},\"required\":[\"path\","
-                                                                                                     "\"pattern\"],"
-                                                                                                     "\"additionalProperties\":false}",
-         "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{\"type\":"
-         "\"string\"}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
-         "\"truncated\"]}",
-         true, false, true, true, glob_args, tool_glob},
-        {"grep", "Search file contents",
-         "Search text files below a directory (or one file) for lines matching a POSIX extended "
-         "regex, case-insensitive unless case_sensitive. Prints 'path:line: text' per match. "
-         "Binary and huge files are skipped.",
-         "{\"type\":\"object\",\"properties\":{\"path\":" STR("Directory or file to search "
-                                                              "(absolute)") ",\"pattern\":" STR("Re"
-                                                                                                "gu"
-                                                                                                "la"
-                                                                                                "r "
-                                                                                                "ex"
-                                                                                                "pr"
-                                                                                                "es"
+} tools
+    [] =
+        {
+            {"execute_command", "Run a shell command",
+             "Run a shell command (`sh -lc COMMAND`) in the sandbox, in /mnt/user-data/workspace, "
+             "stdin "
+             "empty. Returns stdout, then stderr after a 'Std Error:' line, then 'Exit Code: N' "
+             "when "
+             "it "
+             "is not 0 ('(no output)' if there is none). Background processes it starts keep "
+             "running "
+             "for later calls. Each stream is kept up to 10 MiB.",
+             "{\"type\":\"object\",\"properties\":{\"command\":" STR(
+                 "The shell command") ",\"env\":{\"type\":\"object\",\"additionalProperties\":{"
+                                      "\"type\":"
+                                      "\"string\"},\"description\":\"Extra environment variables "
+                                      "(names "
+                                      "match "
+                                      "^[A-Za-z_][A-Za-z0-9_]*$)\"},\"timeout\":{\"type\":"
+                                      "\"number\","
+                                      "\"exclusiveMinimum\":0,\"description\":\"Seconds before the "
+                                      "command is killed (exit code 124); default "
+                                      "600\"}},\"required\":["
+                                      "\"command\"],\"additionalProperties\":false}",
+             "{\"type\":\"object\",\"properties\":{\"exit_code\":{\"type\":\"integer\"},\"timed_"
+             "out\":{"
+             "\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},\"required\":[\"exit_"
+             "code\","
+             "\"timed_out\",\"duration_ms\"]}",
+             false, true, false, true, exec_args, tool_execute},
+            {"read_file", "Read a text file",
+             "Read a UTF-8 text file. With start_line/end_line (1-based, inclusive) only those "
+             "lines. "
+             "Binary files are refused; output over 50000 characters is cut with a note.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"start_line\":" INT(
+                 "First"
+                 " line"
+                 " to "
+                 "read "
+                 "(1-"
+                 "based"
+                 ")") ",\"end_line\":" INT("Last line to read (inclusive)") "},\"required\":["
+                                                                            "\"path\"],"
+                                                                            "\"additionalProperties"
+                                                                            "\":"
+                                                                            "false}",
+             NULL, true, false, true, true, read_args, tool_read},
+            {"write_file", "Write a text file",
+             "Write text to a file, creating parent directories. Replaces the file atomically, or "
+             "appends with append=true. Returns 'OK'.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"content\":" STR(
+                 "The text to write") ",\"append\":" BOOL("Append instead of replacing (default "
+                                                          "false)") "},\"required\":[\"path\","
+                                                                    "\"content\"],"
+                                                                    "\"additionalProperties\":"
+                                                                    "false}",
+             NULL, false, true, false, true, write_args, tool_write},
+            {"update_file", "Write a binary file",
+             "Replace a file with bytes given in base64 (atomically), creating parent directories. "
+             "Returns 'OK'.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
+                 PATH_D) ",\"content_base64\":" STR("The file's bytes, base64") "},\"required\":["
+                                                                                "\"path\","
+                                                                                "\"content_"
+                                                                                "base64\"],"
+                                                                                "\"additionalProper"
+                                                                                "ties\":false}",
+             NULL, false, true, true, true, update_args, tool_update},
+            {"download_file", "Download a file",
+             "Fetch a file under /mnt/user-data as an embedded resource (text, or base64 for "
+             "binary "
+             "files), at most 10 MiB.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
+                 "Absolute path under /mnt/user-data") "},\"required\":[\"path\"],"
+                                                       "\"additionalProperties\":false}",
+             NULL, true, false, true, true, download_args, tool_download},
+            {"list_dir", "List a directory",
+             "List the entries below a directory to max_depth levels (default 2), one absolute "
+             "path a "
+             "line, directories ending in '/'. Version-control, dependency and cache folders "
+             "(.git, node_modules, __pycache__...) are skipped.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"max_depth\":" INT(
+                 "Levels to descend, 1 = children only (default 2)") "},\"required\":[\"path\"],"
+                                                                     "\"additionalProperties\":"
+                                                                     "false}",
+             NULL, true, false, true, true, list_args, tool_list},
+            {"glob", "Find files by name",
+             "Find paths below a directory matching a glob pattern: without '/' it matches the "
+             "name at "
+             "any depth ('*.py'); with '/' it is anchored at the directory, '**' matching any "
+             "number "
+             "of "
+             "folders ('src/**/*.ts').",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR("Directory to search (absolute)") ",\"pattern\":" STR(
+                 "Glob pattern") ",\"include_dirs"
+                                 "\":" BOOL(
+                                     "Also"
+                                     " mat"
+                                     "ch "
+                                     "dire"
+                                     "ctor"
+                                     "ies "
+                                     "(def"
+                                     "ault"
+                                     " fal"
+                                     "se)") ",\"max_results\":" INT("At most "
+                                                                    "this many "
+                                                                    "(default "
+                                                                    "200, at "
+                                                                    "most 1000)") "},\"required\":["
+                                                                                  "\"path\","
+                                                                                  "\"pattern\"],"
+                                                                                  "\"additionalProp"
+                                                                                  "erties\":false}",
+             "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{"
+             "\"type\":"
+             "\"string\"}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
+             "\"truncated\"]}",
+             true, false, true, true, glob_args, tool_glob},
+            {"grep", "Search file contents",
+             "Search text files below a directory (or one file) for lines matching a POSIX "
+             "extended "
+             "regex, case-insensitive unless case_sensitive. Prints 'path:line: text' per match. "
+             "Binary and huge files are skipped.",
+             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
+                 "Directory or file to search "
+                 "(absolute)") ",\"pattern\":" STR("Re"
+                                                   "gu"
+                                                   "la"
+                                                   "r "
+                                                   "ex"
+                                                   "pr"
+                                                   "es"
+                                                   "si"
+                                                   "on"
+                                                   " ("
+                                                   "or"
+                                                   " a"
+                                                   " p"
+                                                   "la"
+                                                   "in"
+                                                   " s"
+                                                   "tr"
+                                                   "in"
+                                                   "g "
+                                                   "wi"
+                                                   "th"
+                                                   " l"
+                                                   "it"
+                                                   "er"
+                                                   "al"
+                                                   "=t"
+                                                   "ru"
+                                                   "e"
+                                                   ")") ",\"glob\":" STR("Only files matching this "
+                                                                         "glob (as in the glob "
+                                                                         "tool)") ",\"literal\""
+                                                                                  ":" BOOL(
+                                                                                      "Treat "
+                                                                                      "pattern"
+                                                                                      " as a "
+                                                                                      "plain "
+                                                                                      "string") ","
+                                                                                                "\""
+                                                                                                "ca"
+                                                                                                "se"
+                                                                                                "_s"
+                                                                                                "en"
                                                                                                 "si"
-                                                                                                "on"
-                                                                                                " ("
-                                                                                                "or"
-                                                                                                " a"
-                                                                                                " p"
-                                                                                                "la"
-                                                                                                "in"
-                                                                                                " s"
-                                                                                                "tr"
-                                                                                                "in"
-                                                                                                "g "
-                                                                                                "wi"
-                                                                                                "th"
-                                                                                                " l"
-                                                                                                "it"
-                                                                                                "er"
-                                                                                                "al"
-                                                                                                "=t"
-                                                                                                "ru"
-                                                                                                "e"
-                                                                                                ")") ",\"glob\":" STR("Only files matching this glob (as in the glob tool)") ",\"literal\":" BOOL(
-             "Treat pattern as a plain string") ",\"case_sensitive\":" BOOL("Match case (default "
-                                                                            "false)") ",\"max_"
-                                                                                      "results\""
-                                                                                      ":" INT("At "
-                                                                                              "most"
-                                                                                              " thi"
-                                                                                              "s "
-                                                                                              "many"
-                                                                                              " mat"
-                                                                                              "ches"
-                                                                                              " ("
-                                                                                              "defa"
-                                                                                              "ult "
-                                                                                              "100,"
-                                                                                              " at "
-                                                                                              "most"
-                                                                                              " 500"
-                                                                                              ")") "},\"required\":[\"path\","
-                                                                                                   "\"pattern\"],"
-                                                                                                   "\"additionalProperties\":"
-                                                                                                   "false}",
-         "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{\"type\":"
-         "\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"line_number\":{\"type\":"
-         "\"integer\"},\"line\":{\"type\":\"string\"}},\"required\":[\"path\",\"line_number\","
-         "\"line\"]}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
-         "\"truncated\"]}",
-         true, false, true, true, grep_args, tool_grep},
-        {"release_sandbox", "Park the sandbox",
-         "Park the sandbox warm: files and background processes are kept and the next call resumes "
-         "it. Use it when pausing work for a while.",
-         "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
-         false, true, false, no_args, tool_release},
-        {"reset_sandbox", "Reset the sandbox",
-         "Destroy the sandbox (every file and process); the next call starts from a fresh one.",
-         "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
-         true, false, false, no_args, tool_reset},
+                                                                                                "ti"
+                                                                                                "ve"
+                                                                                                "\""
+                                                                                                ":" BOOL("Match case (default "
+                                                                                                         "false)") ",\"max_"
+                                                                                                                   "results\""
+                                                                                                                   ":" INT(
+                                                                                                                       "At "
+                                                                                                                       "most"
+                                                                                                                       " thi"
+                                                                                                                       "s "
+                                                                                                                       "many"
+                                                                                                                       " mat"
+                                                                                                                       "ches"
+                                                                                                                       " ("
+                                                                                                                       "defa"
+                                                                                                                       "ult "
+                                                                                                                       "100,"
+                                                                                                                       " at "
+                                                                                                                       "most"
+                                                                                                                       " 500"
+                                                                                                                       ")") "},\"required\":[\"path\","
+                                                                                                                            "\"pattern\"],"
+                                                                                                                            "\"additionalProperties\":"
+                                                                                                                            "false}",
+             "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{"
+             "\"type\":"
+             "\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"line_number\":{\"type\":"
+             "\"integer\"},\"line\":{\"type\":\"string\"}},\"required\":[\"path\",\"line_number\","
+             "\"line\"]}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
+             "\"truncated\"]}",
+             true, false, true, true, grep_args, tool_grep},
+            {"release_sandbox", "Park the sandbox",
+             "Park the sandbox warm: files and background processes are kept and the next call "
+             "resumes "
+             "it. Use it when pausing work for a while.",
+             "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
+             false, true, false, no_args, tool_release},
+            {"reset_sandbox", "Reset the sandbox",
+             "Destroy the sandbox: every process, and every file outside /mnt/user-data (the "
+             "thread's "
+             "workspace, uploads and outputs are kept). The next call starts a fresh sandbox.",
+             "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
+             true, false, false, no_args, tool_reset},
 };
 
 static json_t *tools_list(void)
