@@ -86,6 +86,16 @@ static struct hsess *sess_get(const char *id)
   return h;
 }
 
+static bool sess_exists(const char *id)
+{
+  pthread_mutex_lock(&sess_lock);
+  struct hsess *h = sessions;
+  while (h && strcmp(h->id, id) != 0)
+    h = h->next;
+  pthread_mutex_unlock(&sess_lock);
+  return h != NULL;
+}
+
 static void sess_put(struct hsess *h)
 {
   pthread_mutex_lock(&sess_lock);
@@ -280,9 +290,11 @@ static enum MHD_Result on_post(struct req *r)
     mcp_msg_free(&m);
     return ret;
   }
-  if (m.kind == MCP_MSG_REQUEST && strcmp(m.method, "initialize") == 0)
-    return initialize(r, &m);
   const char *sid = sbxd_header(r, "Mcp-Session-Id");
+  /* initialize opens a session; on a live one it is the core's "already initialized" */
+  if (m.kind == MCP_MSG_REQUEST && strcmp(m.method, "initialize") == 0 &&
+      (sid == NULL || !sess_exists(sid)))
+    return initialize(r, &m);
   if (sid == NULL) {
     enum MHD_Result ret =
         http_error(r, 400, m.id, MCP_INVALID_REQUEST,

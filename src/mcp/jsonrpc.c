@@ -45,7 +45,7 @@ void mcp_msg_parse(const char *data, size_t len, struct mcp_msg *m)
     return;
   }
   json_error_t je;
-  m->root = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES, &je);
+  m->root = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
   if (m->root == NULL) {
     invalid(m, MCP_PARSE_ERROR, "Parse error: %s (at byte %d)", je.text, je.position);
     return;
