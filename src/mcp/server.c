@@ -192,10 +192,12 @@ static json_t *bad_args(const char *fmt, ...)
 
 /* ---- arguments: checked against the tool's schema by hand (clear errors, no validator) ---- */
 
+/* One argument of a tool: checked here, and its inputSchema is made from the same table. */
 struct arg_spec {
   const char *name;
   char type; /* 's' string, 'i' integer, 'n' number, 'b' boolean, 'o' object of strings */
   bool required;
+  const char *description;
 };
 
 /* NULL when args match spec, else the message (malloc'ed). */
@@ -266,6 +268,8 @@ static int64_t aint(json_t *args, const char *k, int64_t def)
     return (int64_t) json_real_value(v);
   return def;
 }
+
+#define PATH_D "Absolute path inside the sandbox (no '..' segments)"
 
 /* ---- base64 (update_file's input, download_file's and resources' blobs) ---- */
 
@@ -493,7 +497,11 @@ static void *progress_thread(void *arg)
 }
 
 static const struct arg_spec exec_args[] = {
-    {"command", 's', true}, {"env", 'o', false}, {"timeout", 'n', false}, {NULL, 0, false}};
+    {"command", 's', true, "The shell command"},
+    {"env", 'o', false,
+     "Extra environment variables for this command (names match ^[A-Za-z_][A-Za-z0-9_]*$)"},
+    {"timeout", 'n', false, "Seconds before the command is killed (exit code 124); default 600"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_execute(struct ctx *c, json_t *args)
 {
@@ -577,7 +585,10 @@ static char *truncate_chars(const char *text, size_t len, size_t max, const char
 }
 
 static const struct arg_spec read_args[] = {
-    {"path", 's', true}, {"start_line", 'i', false}, {"end_line", 'i', false}, {NULL, 0, false}};
+    {"path", 's', true, PATH_D},
+    {"start_line", 'i', false, "First line to read (1-based)"},
+    {"end_line", 'i', false, "Last line to read (inclusive)"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_read(struct ctx *c, json_t *args)
 {
@@ -598,7 +609,10 @@ static json_t *tool_read(struct ctx *c, json_t *args)
 }
 
 static const struct arg_spec write_args[] = {
-    {"path", 's', true}, {"content", 's', true}, {"append", 'b', false}, {NULL, 0, false}};
+    {"path", 's', true, PATH_D},
+    {"content", 's', true, "The text to write"},
+    {"append", 'b', false, "Append instead of replacing the file (default false)"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_write(struct ctx *c, json_t *args)
 {
@@ -612,7 +626,9 @@ static json_t *tool_write(struct ctx *c, json_t *args)
 }
 
 static const struct arg_spec update_args[] = {
-    {"path", 's', true}, {"content_base64", 's', true}, {NULL, 0, false}};
+    {"path", 's', true, PATH_D},
+    {"content_base64", 's', true, "The file's bytes, base64-encoded"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_update(struct ctx *c, json_t *args)
 {
@@ -628,7 +644,8 @@ static json_t *tool_update(struct ctx *c, json_t *args)
   return text_result("OK", false);
 }
 
-static const struct arg_spec download_args[] = {{"path", 's', true}, {NULL, 0, false}};
+static const struct arg_spec download_args[] = {
+    {"path", 's', true, "Absolute path under /mnt/user-data"}, {NULL, 0, false, NULL}};
 
 static json_t *tool_download(struct ctx *c, json_t *args)
 {
@@ -665,7 +682,9 @@ static json_t *tool_download(struct ctx *c, json_t *args)
 }
 
 static const struct arg_spec list_args[] = {
-    {"path", 's', true}, {"max_depth", 'i', false}, {NULL, 0, false}};
+    {"path", 's', true, PATH_D},
+    {"max_depth", 'i', false, "Levels to descend, 1 = children only (default 2)"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_list(struct ctx *c, json_t *args)
 {
@@ -697,11 +716,12 @@ static size_t max_results(json_t *args, int64_t def, int64_t upper)
   return (size_t) (m > upper ? upper : m);
 }
 
-static const struct arg_spec glob_args[] = {{"path", 's', true},
-                                            {"pattern", 's', true},
-                                            {"include_dirs", 'b', false},
-                                            {"max_results", 'i', false},
-                                            {NULL, 0, false}};
+static const struct arg_spec glob_args[] = {
+    {"path", 's', true, "Directory to search (absolute)"},
+    {"pattern", 's', true, "Glob pattern, e.g. '*.py' or 'src/**/*.ts'"},
+    {"include_dirs", 'b', false, "Also match directories (default false)"},
+    {"max_results", 'i', false, "At most this many paths (default 200, at most 1000)"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_glob(struct ctx *c, json_t *args)
 {
@@ -739,9 +759,13 @@ static json_t *tool_glob(struct ctx *c, json_t *args)
 }
 
 static const struct arg_spec grep_args[] = {
-    {"path", 's', true},     {"pattern", 's', true},         {"glob", 's', false},
-    {"literal", 'b', false}, {"case_sensitive", 'b', false}, {"max_results", 'i', false},
-    {NULL, 0, false}};
+    {"path", 's', true, "Directory or file to search (absolute)"},
+    {"pattern", 's', true, "POSIX extended regular expression (a plain string with literal)"},
+    {"glob", 's', false, "Only search files matching this glob (as in the glob tool)"},
+    {"literal", 'b', false, "Treat pattern as a plain string (default false)"},
+    {"case_sensitive", 'b', false, "Match case (default false)"},
+    {"max_results", 'i', false, "At most this many matches (default 100, at most 500)"},
+    {NULL, 0, false, NULL}};
 
 static json_t *tool_grep(struct ctx *c, json_t *args)
 {
@@ -787,7 +811,7 @@ static json_t *tool_grep(struct ctx *c, json_t *args)
   return res;
 }
 
-static const struct arg_spec no_args[] = {{NULL, 0, false}};
+static const struct arg_spec no_args[] = {{NULL, 0, false, NULL}};
 
 static json_t *tool_release(struct ctx *c, json_t *args)
 {
@@ -813,244 +837,120 @@ static json_t *tool_reset(struct ctx *c, json_t *args)
                      false);
 }
 
-#define STR(d) "{\"type\":\"string\",\"description\":\"" d "\"}"
-#define INT(d) "{\"type\":\"integer\",\"description\":\"" d "\"}"
-#define BOOL(d) "{\"type\":\"boolean\",\"description\":\"" d "\"}"
-#define PATH_D "Absolute path inside the sandbox (no '..' segments)"
+enum { OUT_NONE, OUT_EXEC, OUT_GLOB, OUT_GREP };
 
 static const struct tool {
   const char *name, *title, *description;
-  const char *input_schema, *output_schema;
+  int output; /* structured content (and its outputSchema) */
   bool read_only, destructive, idempotent, sandbox;
   const struct arg_spec *args;
   json_t *(*fn)(struct ctx *c, json_t *args);
-} tools
-    [] =
-        {
-            {"execute_command", "Run a shell command",
-             "Run a shell command (`sh -lc COMMAND`) in the sandbox, in /mnt/user-data/workspace, "
-             "stdin "
-             "empty. Returns stdout, then stderr after a 'Std Error:' line, then 'Exit Code: N' "
-             "when "
-             "it "
-             "is not 0 ('(no output)' if there is none). Background processes it starts keep "
-             "running "
-             "for later calls. Each stream is kept up to 10 MiB.",
-             "{\"type\":\"object\",\"properties\":{\"command\":" STR(
-                 "The shell command") ",\"env\":{\"type\":\"object\",\"additionalProperties\":{"
-                                      "\"type\":"
-                                      "\"string\"},\"description\":\"Extra environment variables "
-                                      "(names "
-                                      "match "
-                                      "^[A-Za-z_][A-Za-z0-9_]*$)\"},\"timeout\":{\"type\":"
-                                      "\"number\","
-                                      "\"exclusiveMinimum\":0,\"description\":\"Seconds before the "
-                                      "command is killed (exit code 124); default "
-                                      "600\"}},\"required\":["
-                                      "\"command\"],\"additionalProperties\":false}",
-             "{\"type\":\"object\",\"properties\":{\"exit_code\":{\"type\":\"integer\"},\"timed_"
-             "out\":{"
-             "\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},\"required\":[\"exit_"
-             "code\","
-             "\"timed_out\",\"duration_ms\"]}",
-             false, true, false, true, exec_args, tool_execute},
-            {"read_file", "Read a text file",
-             "Read a UTF-8 text file. With start_line/end_line (1-based, inclusive) only those "
-             "lines. "
-             "Binary files are refused; output over 50000 characters is cut with a note.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"start_line\":" INT(
-                 "First"
-                 " line"
-                 " to "
-                 "read "
-                 "(1-"
-                 "based"
-                 ")") ",\"end_line\":" INT("Last line to read (inclusive)") "},\"required\":["
-                                                                            "\"path\"],"
-                                                                            "\"additionalProperties"
-                                                                            "\":"
-                                                                            "false}",
-             NULL, true, false, true, true, read_args, tool_read},
-            {"write_file", "Write a text file",
-             "Write text to a file, creating parent directories. Replaces the file atomically, or "
-             "appends with append=true. Returns 'OK'.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"content\":" STR(
-                 "The text to write") ",\"append\":" BOOL("Append instead of replacing (default "
-                                                          "false)") "},\"required\":[\"path\","
-                                                                    "\"content\"],"
-                                                                    "\"additionalProperties\":"
-                                                                    "false}",
-             NULL, false, true, false, true, write_args, tool_write},
-            {"update_file", "Write a binary file",
-             "Replace a file with bytes given in base64 (atomically), creating parent directories. "
-             "Returns 'OK'.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
-                 PATH_D) ",\"content_base64\":" STR("The file's bytes, base64") "},\"required\":["
-                                                                                "\"path\","
-                                                                                "\"content_"
-                                                                                "base64\"],"
-                                                                                "\"additionalProper"
-                                                                                "ties\":false}",
-             NULL, false, true, true, true, update_args, tool_update},
-            {"download_file", "Download a file",
-             "Fetch a file under /mnt/user-data as an embedded resource (text, or base64 for "
-             "binary "
-             "files), at most 10 MiB.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
-                 "Absolute path under /mnt/user-data") "},\"required\":[\"path\"],"
-                                                       "\"additionalProperties\":false}",
-             NULL, true, false, true, true, download_args, tool_download},
-            {"list_dir", "List a directory",
-             "List the entries below a directory to max_depth levels (default 2), one absolute "
-             "path a "
-             "line, directories ending in '/'. Version-control, dependency and cache folders "
-             "(.git, node_modules, __pycache__...) are skipped.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(PATH_D) ",\"max_depth\":" INT(
-                 "Levels to descend, 1 = children only (default 2)") "},\"required\":[\"path\"],"
-                                                                     "\"additionalProperties\":"
-                                                                     "false}",
-             NULL, true, false, true, true, list_args, tool_list},
-            {"glob", "Find files by name",
-             "Find paths below a directory matching a glob pattern: without '/' it matches the "
-             "name at "
-             "any depth ('*.py'); with '/' it is anchored at the directory, '**' matching any "
-             "number "
-             "of "
-             "folders ('src/**/*.ts').",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR("Directory to search (absolute)") ",\"pattern\":" STR(
-                 "Glob pattern") ",\"include_dirs"
-                                 "\":" BOOL(
-                                     "Also"
-                                     " mat"
-                                     "ch "
-                                     "dire"
-                                     "ctor"
-                                     "ies "
-                                     "(def"
-                                     "ault"
-                                     " fal"
-                                     "se)") ",\"max_results\":" INT("At most "
-                                                                    "this many "
-                                                                    "(default "
-                                                                    "200, at "
-                                                                    "most 1000)") "},\"required\":["
-                                                                                  "\"path\","
-                                                                                  "\"pattern\"],"
-                                                                                  "\"additionalProp"
-                                                                                  "erties\":false}",
-             "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{"
-             "\"type\":"
-             "\"string\"}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
-             "\"truncated\"]}",
-             true, false, true, true, glob_args, tool_glob},
-            {"grep", "Search file contents",
-             "Search text files below a directory (or one file) for lines matching a POSIX "
-             "extended "
-             "regex, case-insensitive unless case_sensitive. Prints 'path:line: text' per match. "
-             "Binary and huge files are skipped.",
-             "{\"type\":\"object\",\"properties\":{\"path\":" STR(
-                 "Directory or file to search "
-                 "(absolute)") ",\"pattern\":" STR("Re"
-                                                   "gu"
-                                                   "la"
-                                                   "r "
-                                                   "ex"
-                                                   "pr"
-                                                   "es"
-                                                   "si"
-                                                   "on"
-                                                   " ("
-                                                   "or"
-                                                   " a"
-                                                   " p"
-                                                   "la"
-                                                   "in"
-                                                   " s"
-                                                   "tr"
-                                                   "in"
-                                                   "g "
-                                                   "wi"
-                                                   "th"
-                                                   " l"
-                                                   "it"
-                                                   "er"
-                                                   "al"
-                                                   "=t"
-                                                   "ru"
-                                                   "e"
-                                                   ")") ",\"glob\":" STR("Only files matching this "
-                                                                         "glob (as in the glob "
-                                                                         "tool)") ",\"literal\""
-                                                                                  ":" BOOL(
-                                                                                      "Treat "
-                                                                                      "pattern"
-                                                                                      " as a "
-                                                                                      "plain "
-                                                                                      "string") ","
-                                                                                                "\""
-                                                                                                "ca"
-                                                                                                "se"
-                                                                                                "_s"
-                                                                                                "en"
-                                                                                                "si"
-                                                                                                "ti"
-                                                                                                "ve"
-                                                                                                "\""
-                                                                                                ":" BOOL("Match case (default "
-                                                                                                         "false)") ",\"max_"
-                                                                                                                   "results\""
-                                                                                                                   ":" INT(
-                                                                                                                       "At "
-                                                                                                                       "most"
-                                                                                                                       " thi"
-                                                                                                                       "s "
-                                                                                                                       "many"
-                                                                                                                       " mat"
-                                                                                                                       "ches"
-                                                                                                                       " ("
-                                                                                                                       "defa"
-                                                                                                                       "ult "
-                                                                                                                       "100,"
-                                                                                                                       " at "
-                                                                                                                       "most"
-                                                                                                                       " 500"
-                                                                                                                       ")") "},\"required\":[\"path\","
-                                                                                                                            "\"pattern\"],"
-                                                                                                                            "\"additionalProperties\":"
-                                                                                                                            "false}",
-             "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{"
-             "\"type\":"
-             "\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"line_number\":{\"type\":"
-             "\"integer\"},\"line\":{\"type\":\"string\"}},\"required\":[\"path\",\"line_number\","
-             "\"line\"]}},\"truncated\":{\"type\":\"boolean\"}},\"required\":[\"matches\","
-             "\"truncated\"]}",
-             true, false, true, true, grep_args, tool_grep},
-            {"release_sandbox", "Park the sandbox",
-             "Park the sandbox warm: files and background processes are kept and the next call "
-             "resumes "
-             "it. Use it when pausing work for a while.",
-             "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
-             false, true, false, no_args, tool_release},
-            {"reset_sandbox", "Reset the sandbox",
-             "Destroy the sandbox: every process, and every file outside /mnt/user-data (the "
-             "thread's "
-             "workspace, uploads and outputs are kept). The next call starts a fresh sandbox.",
-             "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", NULL, false,
-             true, false, false, no_args, tool_reset},
+} tools[] = {
+    {"execute_command", "Run a shell command",
+     "Run a shell command (`sh -lc COMMAND`) in the sandbox, in /mnt/user-data/workspace, stdin "
+     "empty. Returns stdout, then stderr after a 'Std Error:' line, then 'Exit Code: N' when it "
+     "is not 0 ('(no output)' if there is none). Background processes it starts keep running "
+     "for later calls. Each stream is kept up to 10 MiB.",
+     OUT_EXEC, false, true, false, true, exec_args, tool_execute},
+    {"read_file", "Read a text file",
+     "Read a UTF-8 text file. With start_line/end_line (1-based, inclusive) only those lines. "
+     "Binary files are refused; output over 50000 characters is cut with a note.",
+     OUT_NONE, true, false, true, true, read_args, tool_read},
+    {"write_file", "Write a text file",
+     "Write text to a file, creating parent directories. Replaces the file atomically, or "
+     "appends with append=true. Returns 'OK'.",
+     OUT_NONE, false, true, false, true, write_args, tool_write},
+    {"update_file", "Write a binary file",
+     "Replace a file with bytes given in base64 (atomically), creating parent directories. "
+     "Returns 'OK'.",
+     OUT_NONE, false, true, true, true, update_args, tool_update},
+    {"download_file", "Download a file",
+     "Fetch a file under /mnt/user-data as an embedded resource (text, or base64 for binary "
+     "files), at most 10 MiB.",
+     OUT_NONE, true, false, true, true, download_args, tool_download},
+    {"list_dir", "List a directory",
+     "List the entries below a directory to max_depth levels (default 2), one absolute path a "
+     "line, directories ending in '/'. Version-control, dependency and cache folders (.git, "
+     "node_modules, __pycache__...) are skipped.",
+     OUT_NONE, true, false, true, true, list_args, tool_list},
+    {"glob", "Find files by name",
+     "Find paths below a directory matching a glob pattern: without '/' it matches the name at "
+     "any depth ('*.py'); with '/' it is anchored at the directory, '**' matching any number of "
+     "folders ('src/**/*.ts').",
+     OUT_GLOB, true, false, true, true, glob_args, tool_glob},
+    {"grep", "Search file contents",
+     "Search text files below a directory (or one file) for lines matching a POSIX extended "
+     "regex, case-insensitive unless case_sensitive. Prints 'path:line: text' per match. Binary "
+     "and huge files are skipped.",
+     OUT_GREP, true, false, true, true, grep_args, tool_grep},
+    {"release_sandbox", "Park the sandbox",
+     "Park the sandbox warm: files and background processes are kept and the next call resumes "
+     "it. Use it when pausing work for a while.",
+     OUT_NONE, false, false, true, false, no_args, tool_release},
+    {"reset_sandbox", "Reset the sandbox",
+     "Destroy the sandbox: every process, and every file outside /mnt/user-data (the thread's "
+     "workspace, uploads and outputs are kept). The next call starts a fresh sandbox.",
+     OUT_NONE, false, true, false, false, no_args, tool_reset},
 };
+
+static json_t *input_schema(const struct arg_spec *spec)
+{
+  json_t *props = json_object(), *required = json_array();
+  for (const struct arg_spec *a = spec; a->name; a++) {
+    const char *type = a->type == 's'   ? "string"
+                       : a->type == 'i' ? "integer"
+                       : a->type == 'n' ? "number"
+                       : a->type == 'b' ? "boolean"
+                                        : "object";
+    json_t *p = json_pack("{s:s,s:s}", "type", type, "description", a->description);
+    if (a->type == 'o')
+      json_object_set_new(p, "additionalProperties", json_pack("{s:s}", "type", "string"));
+    if (a->type == 'n')
+      json_object_set_new(p, "exclusiveMinimum", json_integer(0));
+    json_object_set_new(props, a->name, p);
+    if (a->required)
+      json_array_append_new(required, json_string(a->name));
+  }
+  return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required", required,
+                   "additionalProperties", false);
+}
+
+static json_t *output_schema(int kind)
+{
+  switch (kind) {
+  case OUT_EXEC:
+    return json_pack("{s:s,s:{s:{s:s},s:{s:s},s:{s:s}},s:[s,s,s]}", "type", "object", "properties",
+                     "exit_code", "type", "integer", "timed_out", "type", "boolean", "duration_ms",
+                     "type", "integer", "required", "exit_code", "timed_out", "duration_ms");
+  case OUT_GLOB:
+    return json_pack("{s:s,s:{s:{s:s,s:{s:s}},s:{s:s}},s:[s,s]}", "type", "object", "properties",
+                     "matches", "type", "array", "items", "type", "string", "truncated", "type",
+                     "boolean", "required", "matches", "truncated");
+  case OUT_GREP:
+    return json_pack("{s:s,s:{s:{s:s,s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s}},s:[s,s,s]}},s:{s:s}},"
+                     "s:[s,s]}",
+                     "type", "object", "properties", "matches", "type", "array", "items", "type",
+                     "object", "properties", "path", "type", "string", "line_number", "type",
+                     "integer", "line", "type", "string", "required", "path", "line_number", "line",
+                     "truncated", "type", "boolean", "required", "matches", "truncated");
+  default:
+    return NULL;
+  }
+}
 
 static json_t *tools_list(void)
 {
   json_t *a = json_array();
   for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
     const struct tool *t = &tools[i];
-    json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name, "title",
-                          t->title, "description", t->description, "inputSchema",
-                          json_loads(t->input_schema, 0, NULL), "annotations", "title", t->title,
-                          "readOnlyHint", t->read_only, "destructiveHint", t->destructive,
-                          "idempotentHint", t->idempotent, "openWorldHint", false);
-    if (t->output_schema)
-      json_object_set_new(j, "outputSchema", json_loads(t->output_schema, 0, NULL));
+    json_t *j =
+        json_pack("{s:s,s:s,s:s,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name, "title", t->title,
+                  "description", t->description, "inputSchema", input_schema(t->args),
+                  "annotations", "title", t->title, "readOnlyHint", t->read_only, "destructiveHint",
+                  t->destructive, "idempotentHint", t->idempotent, "openWorldHint", false);
+    json_t *out = output_schema(t->output);
+    if (out)
+      json_object_set_new(j, "outputSchema", out);
     json_array_append_new(a, j);
   }
   return json_pack("{s:o}", "tools", a);
@@ -1270,7 +1170,7 @@ static void read_resource(struct mcp_session *s, struct mcp_msg *m, mcp_send_fn 
                   "%.200s exceeds the MCP download limit of %u bytes", path, MCP_DOWNLOAD_MAX);
     else
       reply_error(send, arg, m->id, missing ? MCP_RESOURCE_NOT_FOUND : MCP_INTERNAL_ERROR, "%s",
-                  err->msg);
+                  err ? err->msg : "download failed");
     sbx_error_release(&err);
     return;
   }
