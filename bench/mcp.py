@@ -85,8 +85,13 @@ class Http:
         self.c.close()
 
 
+class Err(ctypes.Structure):  # struct sbx_error_s
+    _fields_ = [("status", ctypes.c_int), ("kind", ctypes.c_int), ("msg", ctypes.c_char_p)]
+
+
 class Lib:
     def __init__(self, build, home, thread):
+        os.environ.setdefault("SBX_INIT", os.path.abspath(os.path.join(build, "sbx-init")))
         self.l = ctypes.CDLL(os.path.join(build, "libsbx.so"))
         self.l.sbx_provider_new.restype = ctypes.c_void_p
         self.l.sbx_provider_new.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -96,10 +101,15 @@ class Lib:
                                                ctypes.c_void_p, ctypes.c_void_p]
         self.l.sbx_exec_result_free.argtypes = [ctypes.c_void_p]
         self.l.sbx_provider_free.argtypes = [ctypes.c_void_p]
-        self.p = self.l.sbx_provider_new(home.encode(), None, None)
-        assert self.p, "sbx_provider_new failed"
-        self.sb = self.l.sbx_acquire(self.p, b"default", thread.encode(), None)
-        assert self.sb, "sbx_acquire failed"
+        err = ctypes.POINTER(Err)()
+        self.l.sbx_config_load.restype = ctypes.c_void_p
+        self.l.sbx_config_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        self.cfg = self.l.sbx_config_load(os.path.join(home, "config.yaml").encode(), ctypes.byref(err))
+        assert self.cfg, f"sbx_config_load: {err.contents.msg.decode()}"
+        self.p = self.l.sbx_provider_new(home.encode(), ctypes.c_void_p(self.cfg), ctypes.byref(err))
+        assert self.p, f"sbx_provider_new: {err.contents.msg.decode()}"
+        self.sb = self.l.sbx_acquire(self.p, b"default", thread.encode(), ctypes.byref(err))
+        assert self.sb, f"sbx_acquire: {err.contents.msg.decode()}"
         self.res = ctypes.create_string_buffer(512)  # struct sbx_exec_result, with room to spare
 
     def exec(self):
@@ -121,6 +131,8 @@ def main():
     sbx, sbxd = os.path.join(a.build, "sbx"), os.path.join(a.build, "sbxd")
     home = tempfile.mkdtemp(prefix="sbx-bench-mcp-")
     key = "bench-key"
+    with open(os.path.join(home, "config.yaml"), "w") as f:  # room for the four warm sandboxes
+        f.write("sandbox:\n  replicas: 16\n")
     d = None
     clients = []
     try:

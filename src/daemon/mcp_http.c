@@ -3,7 +3,7 @@
  *
  *   POST /mcp    one JSON-RPC message. initialize opens a session (its id comes back in
  *                Mcp-Session-Id, which every later request must carry). A notification or a
- *                response is answered 202; a tool call or resource request with an event
+ *                response is answered 202; a tool call that asks for progress with an event
  *                stream (text/event-stream: its progress notifications, then its response);
  *                any other request with application/json.
  *   DELETE /mcp  ends the session: what runs is cancelled, the sandbox parked warm.
@@ -322,7 +322,10 @@ static enum MHD_Result on_post(struct req *r)
     sess_put(h);
     return send_body(r, 202, NULL, NULL, NULL);
   }
-  if (mcp_msg_slow(&m))
+  /* an event stream only when there is something to stream: progress was asked for. Otherwise
+   * the call runs on this connection's thread (a cancellation comes on another connection). */
+  json_t *meta = json_object_get(m.params, "_meta");
+  if (mcp_msg_slow(&m) && json_object_get(meta, "progressToken"))
     return run_streamed(r, h, &m); /* takes m and our reference */
   sbx_buf_t out = {0};
   mcp_handle(h->ms, &m, capture, &out);
