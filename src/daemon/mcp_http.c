@@ -330,6 +330,8 @@ static enum MHD_Result on_post(struct req *r)
   sbx_buf_t out = {0};
   mcp_handle(h->ms, &m, capture, &out);
   sess_put(h);
+  if (out.len == 0) /* cancelled: no response, as the spec asks */
+    return send_body(r, 202, NULL, NULL, NULL);
   return send_body(r, 200, "application/json", sbx_buf_steal(&out), NULL);
 }
 

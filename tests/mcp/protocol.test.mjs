@@ -193,12 +193,19 @@ test("http: bad requests are answered per spec, without harm", async () => {
     // GET: no server stream
     r = await fetch(server.url, { headers: { Authorization: `Bearer ${API_KEY}`, Accept: "text/event-stream" } });
     assert.equal(r.status, 405);
-    // the session still works: a tool call answers over an event stream
-    r = await post('{"jsonrpc":"2.0","id":"t","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"echo ok"}}}', h);
+    // the session still works: a tool call answers with JSON, or over an event stream when it
+    // asks for progress
+    r = await post('{"jsonrpc":"2.0","id":"j","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"echo ok"}}}', h);
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get("content-type"), /application\/json/);
+    assert.equal((await r.json()).result.content[0].text, "ok\n");
+    r = await post('{"jsonrpc":"2.0","id":"t","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"sleep 1.5; echo ok"},"_meta":{"progressToken":"pt"}}}', h);
     assert.equal(r.status, 200);
     assert.match(r.headers.get("content-type"), /text\/event-stream/);
     const body = await r.text();
     const data = body.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+    assert.equal(data[0].method, "notifications/progress");
+    assert.equal(data[0].params.progressToken, "pt");
     assert.equal(data.at(-1).id, "t");
     assert.equal(data.at(-1).result.content[0].text, "ok\n");
     // DELETE ends it
