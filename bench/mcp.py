@@ -136,14 +136,19 @@ def main():
     d = None
     clients = []
     try:
+        log = open(os.path.join(home, "sbxd.log"), "w+")  # a pipe nobody drains would stall sbxd
         d = subprocess.Popen([sbxd, "--listen", "127.0.0.1:0", "--home", home, "--api-key", key],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         addr = None
-        for line in d.stderr:
-            rec = json.loads(line)
-            if rec.get("msg") == "listening":
-                addr = rec["address"]
+        for _ in range(300):
+            with open(log.name) as f:
+                for line in f:
+                    if '"listening"' in line:
+                        addr = json.loads(line)["address"]
+            if addr or d.poll() is not None:
                 break
+            time.sleep(0.1)
+        assert addr, "sbxd did not start"
         host, port = addr.rsplit(":", 1)
         lib = Lib(a.build, home, "bench-lib")
         st = Stdio(sbx, home, "bench-stdio")
