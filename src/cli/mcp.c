@@ -25,22 +25,21 @@ static const char usage[] =
     "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
     "  -u, --user USER       scope user id (default \"default\")\n";
 
+/* Readers take turns on stdin (read_lock): the thread that reads a tool call runs it itself
+ * (no hand-off to another thread on the call's path) after making sure another reader is
+ * waiting, so cancellations and other calls are read meanwhile. */
 struct stdio {
   struct cli *c;
   struct mcp_session *s;
   pthread_mutex_t out_lock;
-  pthread_mutex_t lock;
+  pthread_mutex_t read_lock;
+  pthread_mutex_t lock; /* the fields below */
   pthread_cond_t cond;
-  int workers;
+  int threads; /* readers besides the main thread */
+  int idle;    /* readers waiting for read_lock */
+  int busy;    /* readers handling a message */
+  bool eof;
 };
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-  (void) sig;
-  stop = 1;
-}
 
 static void send_line(void *arg, const char *json, size_t len)
 {
@@ -69,22 +68,124 @@ static void host_release(void *ctx, sbx_sandbox_t *sb, bool destroy)
   sbx_error_release(&err);
 }
 
-struct job {
-  struct stdio *io;
-  struct mcp_msg m;
-};
+static void *reader_thread(void *arg);
 
-static void *worker(void *arg)
+/* Another reader, unless one is already waiting for stdin. */
+static void ensure_reader(struct stdio *io)
 {
-  struct job *j = arg;
-  struct stdio *io = j->io;
-  mcp_handle(io->s, &j->m, send_line, io);
-  free(j);
   pthread_mutex_lock(&io->lock);
-  io->workers--;
+  bool need = io->idle == 0 && !io->eof;
+  if (need)
+    io->threads++;
+  pthread_mutex_unlock(&io->lock);
+  pthread_t t;
+  if (need && pthread_create(&t, NULL, reader_thread, io) != 0) {
+    pthread_mutex_lock(&io->lock);
+    io->threads--; /* this call runs anyway; the next line waits for a reader to be free */
+    pthread_mutex_unlock(&io->lock);
+  } else if (need) {
+    pthread_detach(t);
+  }
+}
+
+static void reader(struct stdio *io)
+{
+  char *line = NULL;
+  size_t cap = 0;
+  for (;;) {
+    pthread_mutex_lock(&io->lock);
+    io->idle++;
+    pthread_mutex_unlock(&io->lock);
+    pthread_mutex_lock(&io->read_lock);
+    pthread_mutex_lock(&io->lock);
+    io->idle--;
+    bool eof = io->eof;
+    pthread_mutex_unlock(&io->lock);
+    ssize_t n = eof ? -1 : getline(&line, &cap, stdin);
+    if (n < 0) {
+      pthread_mutex_lock(&io->lock);
+      io->eof = true;
+      pthread_cond_broadcast(&io->cond);
+      pthread_mutex_unlock(&io->lock);
+      pthread_mutex_unlock(&io->read_lock);
+      mcp_cancel_all(io->s); /* the main thread may be the one running a call */
+      break;
+    }
+    pthread_mutex_unlock(&io->read_lock);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+      n--;
+    if (n == 0)
+      continue;
+    struct mcp_msg m;
+    mcp_msg_parse(line, (size_t) n, &m);
+    if (mcp_msg_slow(&m))
+      ensure_reader(io);
+    pthread_mutex_lock(&io->lock);
+    io->busy++;
+    pthread_mutex_unlock(&io->lock);
+    mcp_handle(io->s, &m, send_line, io);
+    pthread_mutex_lock(&io->lock);
+    io->busy--;
+    pthread_cond_broadcast(&io->cond);
+    pthread_mutex_unlock(&io->lock);
+  }
+  free(line);
+}
+
+static void *reader_thread(void *arg)
+{
+  struct stdio *io = arg;
+  reader(io);
+  pthread_mutex_lock(&io->lock);
+  io->threads--;
   pthread_cond_broadcast(&io->cond);
   pthread_mutex_unlock(&io->lock);
   return NULL;
+}
+
+/* Cancels what still runs (its commands are killed) until every reader is done with its
+ * message; returns with io->lock held. */
+static void drain(struct stdio *io, bool all_threads)
+{
+  pthread_mutex_lock(&io->lock);
+  while (io->busy > 0 || (all_threads && io->threads > 0)) {
+    pthread_mutex_unlock(&io->lock);
+    mcp_cancel_all(io->s);
+    pthread_mutex_lock(&io->lock);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&io->cond, &io->lock, &ts);
+  }
+}
+
+static pthread_mutex_t shutdown_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* SIGTERM/SIGINT: readers may be blocked in read(2), so the sandbox is parked from here and the
+ * process exits. Whoever shuts down first (this or end of input) holds shutdown_lock. */
+static void *signal_thread(void *arg)
+{
+  struct stdio *io = arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig;
+  while (sigwait(&set, &sig) != 0)
+    ;
+  pthread_mutex_lock(&shutdown_lock);
+  pthread_mutex_lock(&io->lock);
+  io->eof = true; /* no new message is started */
+  pthread_mutex_unlock(&io->lock);
+  drain(io, false);
+  pthread_mutex_unlock(&io->lock);
+  mcp_session_free(io->s);
+  fflush(stdout);
+  _exit(0);
 }
 
 static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
@@ -115,67 +216,31 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   }
   if ((r = cli_open(c)) != 0)
     return r;
-  /* SIGTERM/SIGINT end the read below (no SA_RESTART): the sandbox is still parked */
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
+  /* signals go to signal_thread only (every thread inherits this mask) */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
 
   struct mcp_host host = {.acquire = host_acquire, .release = host_release, .ctx = c};
-  struct stdio io = {.c = c};
+  static struct stdio io; /* signal_thread may still use it as the process exits */
+  io.c = c;
   pthread_mutex_init(&io.out_lock, NULL);
+  pthread_mutex_init(&io.read_lock, NULL);
   pthread_mutex_init(&io.lock, NULL);
   pthread_cond_init(&io.cond, NULL);
   io.s = mcp_session_new(&host, scope.user, scope.thread);
+  pthread_t sig;
+  if (pthread_create(&sig, NULL, signal_thread, &io) == 0)
+    pthread_detach(sig);
 
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t n;
-  while (!stop && (n = getline(&line, &cap, stdin)) >= 0) {
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-      n--;
-    if (n == 0)
-      continue;
-    struct job *j = xzalloc(sizeof *j);
-    j->io = &io;
-    mcp_msg_parse(line, (size_t) n, &j->m);
-    if (!mcp_msg_slow(&j->m)) {
-      mcp_handle(io.s, &j->m, send_line, &io);
-      free(j);
-      continue;
-    }
-    /* a tool call runs on its own thread: cancellations and other calls are read meanwhile */
-    pthread_mutex_lock(&io.lock);
-    io.workers++;
-    pthread_mutex_unlock(&io.lock);
-    pthread_t t;
-    if (pthread_create(&t, NULL, worker, j) != 0) {
-      worker(j);
-      continue;
-    }
-    pthread_detach(t);
-  }
-  free(line);
-  /* stdin closed: what still runs is cancelled (its commands killed), then the sandbox parked */
-  pthread_mutex_lock(&io.lock);
-  while (io.workers > 0) {
-    pthread_mutex_unlock(&io.lock);
-    mcp_cancel_all(io.s);
-    pthread_mutex_lock(&io.lock);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&io.cond, &io.lock, &ts);
-  }
+  reader(&io);
+  /* end of input: what still runs is cancelled (its commands killed), then the sandbox parked */
+  pthread_mutex_lock(&shutdown_lock);
+  drain(&io, true);
   pthread_mutex_unlock(&io.lock);
   mcp_session_free(io.s);
-  pthread_cond_destroy(&io.cond);
-  pthread_mutex_destroy(&io.lock);
-  pthread_mutex_destroy(&io.out_lock);
   return 0;
 }

@@ -2,7 +2,7 @@
 // error code, id null when none could be read) and the session goes on unharmed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import readline from "node:readline";
 
 import { API_KEY, SBX, cleanHome, startSbxd, tempHome } from "./helpers.mjs";
@@ -65,6 +65,12 @@ function rawStdio(home, args = []) {
       const r = await exited;
       return { ...r, stderr };
     },
+    async kill(sig) {
+      child.kill(sig);
+      const r = await exited;
+      child.stdin.end();
+      return { ...r, stderr };
+    },
   };
 }
 
@@ -118,6 +124,43 @@ test("stdio: bad JSON-RPC is answered per spec, without harm", async () => {
     cleanHome(home);
   }
 });
+
+function psState(home, thread) {
+  const r = spawnSync(SBX, ["--home", home, "ps", "--json"], { encoding: "utf8" });
+  const j = JSON.parse(r.stdout);
+  const list = Array.isArray(j) ? j : j.sandboxes;
+  return list.find((x) => x.thread === thread)?.state;
+}
+
+for (const how of ["end of input", "SIGTERM"]) {
+  test(`stdio: ${how} kills what runs and parks the sandbox warm`, async () => {
+    const home = tempHome();
+    try {
+      const s = rawStdio(home, ["-t", "park"]);
+      s.send(JSON.stringify(INIT));
+      await s.next();
+      s.send('{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"echo $$ > /mnt/user-data/workspace/pid; sleep 60"}}}');
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(psState(home, "park"), "active"); // positive control
+      const t0 = Date.now();
+      const { code, signal, stderr } = how === "SIGTERM" ? await s.kill("SIGTERM") : await s.close();
+      assert.equal(signal, null, stderr);
+      assert.equal(code, 0, stderr);
+      assert.ok(Date.now() - t0 < 15000);
+      assert.equal(psState(home, "park"), "warm");
+      // the command is gone: a new session of the scope finds its shell dead
+      const s2 = rawStdio(home, ["-t", "park"]);
+      s2.send(JSON.stringify(INIT));
+      await s2.next();
+      s2.send('{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"kill -0 $(cat /mnt/user-data/workspace/pid) 2>/dev/null && echo alive || echo dead"}}}');
+      const m = await s2.next();
+      assert.equal(m.result.content[0].text, "dead\n");
+      await s2.close();
+    } finally {
+      cleanHome(home);
+    }
+  });
+}
 
 test("stdio: a bad scope is a usage error", async () => {
   const home = tempHome();
