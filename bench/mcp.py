@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """MCP tool-call latency: execute_command `true` over stdio (`sbx mcp`) and over streamable HTTP
 (sbxd's /mcp), against the CLI's warm exec (`sbx exec -- true`) and the library's
-(sbx_execute_command through libsbx.so, in this process), all on warm sandboxes of one home.
+(sbx_execute_command through libsbx.so, in this process), all on warm sandboxes of one home;
+and `ping` over each transport (its round trip alone, no command).
 
 The cases run interleaved, round-robin with the starting case rotating, so machine load hits
 them alike; each sample is one whole call (request written to response read). Prints medians
@@ -162,6 +163,9 @@ def main():
                                                check=True),
             "mcp-stdio": lambda: st.rpc("tools/call", call),
             "mcp-http": lambda: ht.rpc("tools/call", call),
+            # the transports' fixed cost: a round trip that runs nothing
+            "stdio-ping": lambda: st.rpc("ping", {}),
+            "http-ping": lambda: ht.rpc("ping", {}),
         }
         names = list(cases)
         samples = {k: [] for k in names}
