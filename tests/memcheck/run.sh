@@ -64,6 +64,23 @@ check 0 "sbx ps" "${S[@]}" ps --json
 check 0 "sbx release" "${S[@]}" release -t m
 check 0 "sbx gc" "${S[@]}" gc
 check 0 "sbx run" "${S[@]}" run -- true
+# sbx mcp: an MCP session over stdio (tools, resources, bad lines); the end of input cancels
+# what still runs (its command killed) and parks the sandbox
+cp "$W/in" "$W/in.keep"
+cat >"$W/in" <<'MCP'
+{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"vg","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/mnt/user-data/outputs/r.md","content":"# r"}}}
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"grep","arguments":{"path":"/mnt/user-data","pattern":"so.e"}}}
+{"jsonrpc":"2.0","id":5,"method":"resources/list"}
+{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"execute_command","arguments":{"command":"sleep 30"},"_meta":{"progressToken":1}}}
+{not json
+{"jsonrpc":"2.0","id":7,"method":"nope"}
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":6}}
+MCP
+check 0 "sbx mcp" "${S[@]}" mcp -t m
+mv "$W/in.keep" "$W/in"
 check 0 "sbx rm" "${S[@]}" rm -t m
 check 2 "sbx (usage error)" "${S[@]}" exec -- true
 printf 'sandbox:\n  replicas: -1\n' >"$W/bad.yaml"
