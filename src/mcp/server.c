@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -222,8 +223,10 @@ static char *check_args(json_t *args, const struct arg_spec *spec)
       want = "a string (without NUL characters)";
       break;
     case 'i':
-      ok = json_is_integer(v) ||
-           (json_is_real(v) && json_real_value(v) == (double) (int64_t) json_real_value(v));
+      /* 3.0 is an integer too (some clients send every number as a double); the range check
+       * comes first, a cast of an out-of-range double being undefined */
+      ok = json_is_integer(v) || (json_is_real(v) && fabs(json_real_value(v)) < 9e18 &&
+                                  json_real_value(v) == (double) (int64_t) json_real_value(v));
       want = "an integer";
       break;
     case 'n':

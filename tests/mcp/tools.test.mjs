@@ -88,6 +88,8 @@ for (const kind of ["stdio", "http"]) {
       assert.equal(text(r), "one\ntwo\nthree\nfour\n");
       r = await call(c, "read_file", { path: `${W}/a/b.txt`, start_line: 2, end_line: 3 });
       assert.equal(text(r), "two\nthree");
+      r = await call(c, "read_file", { path: `${W}/a/b.txt`, start_line: 1e300 });
+      assert.equal(text(r), "Error: invalid arguments: 'start_line' must be an integer");
       r = await call(c, "read_file", { path: `${W}/a/b.txt`, start_line: 50 });
       assert.equal(text(r), "(start_line exceeds file length)");
       r = await call(c, "read_file", { path: `${W}/missing.txt` });
