@@ -45,8 +45,8 @@ void mcp_msg_free(struct mcp_msg *m);
 /* Error and result responses (compact JSON text, malloc'ed). id NULL means null. */
 char *mcp_error_text(json_t *id, int code, const char *msg);
 char *mcp_result_text(json_t *id, json_t *result); /* steals result */
-/* A request that can take a while (tools/call, resources/read, resources/list): transports run it
- * on a thread of its own so that cancellation and other requests are read meanwhile. */
+/* A request that can take a while (tools/call, resources/read, resources/list): transports let
+ * other messages be read while it runs (cancellations above all). */
 bool mcp_msg_slow(const struct mcp_msg *m);
 
 /* ---- sessions ---- */
