@@ -20,7 +20,8 @@ static const char usage[] =
     "/mnt/user-data/outputs as resources. All act on the sandbox of one scope: (USER, THREAD)\n"
     "if -t is given (the same sandbox `sbx exec -t THREAD` uses), else a thread of this session's\n"
     "own (\"mcp-\" + random hex). It is created on the first tool call and parked warm when\n"
-    "stdin closes. Logs go to stderr; stdout carries only MCP messages.\n"
+    "stdin closes or on SIGTERM/SIGINT (commands still running are killed). Logs go to stderr;\n"
+    "stdout carries only MCP messages. See docs/mcp.md.\n"
     "\n"
     "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
     "  -u, --user USER       scope user id (default \"default\")\n";
