@@ -4,6 +4,7 @@
 (sbx_execute_command through libsbx.so, in this process), all on warm sandboxes of one home;
 and `ping` over each transport (its round trip alone, no command).
 
+Over HTTP twice: through http.client, and from a bare keep-alive socket (the server's share).
 The cases run interleaved, round-robin with the starting case rotating, so machine load hits
 them alike; each sample is one whole call (request written to response read). Prints medians
 with p10/p90 and each case's ratio to the library's median.
@@ -16,6 +17,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -86,6 +88,44 @@ class Http:
         self.c.close()
 
 
+class HttpRaw:
+    """The same over a bare keep-alive socket: the server's share of an HTTP call, without a
+    client library's (http.client alone costs ~0.2 ms a request here)."""
+
+    def __init__(self, host, port, key, thread):
+        ht = Http(host, port, key, thread)  # a session of its own (initialize, initialized)
+        self.sid, self.key = ht.sid, key
+        self.s = socket.create_connection((host, port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.n = 100
+
+    def rpc(self, method, params):
+        self.n += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}).encode()
+        self.s.sendall(("POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        "Accept: application/json, text/event-stream\r\n"
+                        f"Authorization: Bearer {self.key}\r\nMcp-Session-Id: {self.sid}\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        buf = b""
+        while True:
+            chunk = self.s.recv(65536)
+            assert chunk, "sbxd closed the connection"
+            buf += chunk
+            i = buf.find(b"\r\n\r\n")
+            if i < 0:
+                continue
+            head = buf[:i].decode().lower()
+            cl = [l.split(":", 1)[1] for l in head.split("\r\n") if l.startswith("content-length:")]
+            assert cl, head  # a JSON answer (no progress token: no event stream)
+            if len(buf) - i - 4 >= int(cl[0]):
+                m = json.loads(buf[i + 4:i + 4 + int(cl[0])])
+                assert m.get("id") == self.n and "result" in m, m
+                return m["result"]
+
+    def close(self):
+        self.s.close()
+
+
 class Err(ctypes.Structure):  # struct sbx_error_s
     _fields_ = [("status", ctypes.c_int), ("kind", ctypes.c_int), ("msg", ctypes.c_char_p)]
 
@@ -132,7 +172,7 @@ def main():
     sbx, sbxd = os.path.join(a.build, "sbx"), os.path.join(a.build, "sbxd")
     home = tempfile.mkdtemp(prefix="sbx-bench-mcp-")
     key = "bench-key"
-    with open(os.path.join(home, "config.yaml"), "w") as f:  # room for the four warm sandboxes
+    with open(os.path.join(home, "config.yaml"), "w") as f:  # room for the five warm sandboxes
         f.write("sandbox:\n  replicas: 16\n")
     d = None
     clients = []
@@ -154,7 +194,8 @@ def main():
         lib = Lib(a.build, home, "bench-lib")
         st = Stdio(sbx, home, "bench-stdio")
         ht = Http(host, int(port), key, "bench-http")
-        clients = [st, ht, lib]
+        hr = HttpRaw(host, int(port), key, "bench-http-raw")
+        clients = [st, ht, hr, lib]
         subprocess.run([sbx, "--home", home, "exec", "-t", "bench-cli", "--", "true"], check=True)
         call = {"name": "execute_command", "arguments": {"command": "true"}}
         cases = {
@@ -163,9 +204,11 @@ def main():
                                                check=True),
             "mcp-stdio": lambda: st.rpc("tools/call", call),
             "mcp-http": lambda: ht.rpc("tools/call", call),
+            "mcp-http-raw": lambda: hr.rpc("tools/call", call),
             # the transports' fixed cost: a round trip that runs nothing
             "stdio-ping": lambda: st.rpc("ping", {}),
             "http-ping": lambda: ht.rpc("ping", {}),
+            "http-raw-ping": lambda: hr.rpc("ping", {}),
         }
         names = list(cases)
         samples = {k: [] for k in names}
@@ -178,14 +221,14 @@ def main():
                 if i >= a.warmup:
                     samples[k].append(dt)
         base = statistics.median(samples["lib-exec"])
-        print(f"{'case':<10} {'median ms':>10} {'p10':>8} {'p90':>8} {'n':>5} {'x lib':>6}")
+        print(f"{'case':<13} {'median ms':>10} {'p10':>8} {'p90':>8} {'n':>5} {'x lib':>6}")
         out = {}
         for k in names:
             v = samples[k]
             med = statistics.median(v)
             out[k] = {"median_ms": med, "p10_ms": pct(v, 10), "p90_ms": pct(v, 90), "n": len(v),
                       "ratio_to_lib": med / base}
-            print(f"{k:<10} {med:>10.3f} {pct(v, 10):>8.3f} {pct(v, 90):>8.3f} {len(v):>5} {med / base:>6.2f}")
+            print(f"{k:<13} {med:>10.3f} {pct(v, 10):>8.3f} {pct(v, 90):>8.3f} {len(v):>5} {med / base:>6.2f}")
         print(f"load average: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
         if a.json:
             with open(a.json, "w") as f:
