@@ -740,6 +740,12 @@ def main():
               f"{fmt(r['stddev'] * 1000)} | {fmt(tbm)} |")
         w("")
 
+    # MCP figures: measured separately by bench/mcp.sh, written by hand
+    mcp_notes = os.path.join(bench, "mcp-notes.md")
+    if os.path.exists(mcp_notes):
+        with open(mcp_notes) as f:
+            w(f.read().strip() + "\n")
+
     profiles(w, res, bench)
 
     # commands

@@ -20,6 +20,7 @@ static const struct cli_verb verbs[] = {
     {"gc", cmd_gc, "reap dead and idle sandboxes now"},
     {"down", cmd_down, "destroy every sandbox of the pool"},
     {"config", cmd_config, "check or show the configuration"},
+    {"mcp", cmd_mcp, "serve the sandbox as MCP tools over stdio (for agents)"},
 };
 
 static void usage(FILE *f)

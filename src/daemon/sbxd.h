@@ -194,6 +194,9 @@ enum MHD_Result sbxd_proxy_begin(struct req *r);
 /* contract.c */
 enum MHD_Result sbxd_contract(struct req *r, sbx_strv_t *seg);
 
+/* mcp_http.c: MCP over streamable HTTP at /mcp (the whole endpoint: auth, methods, body) */
+enum MHD_Result sbxd_mcp(struct req *r);
+
 /* stream.c: an event stream fed by a worker thread and drained by MHD */
 struct stream;
 struct stream *stream_new(void);

@@ -425,6 +425,8 @@ static enum MHD_Result route(struct req *r)
       return sbxd_error(r, 405, "GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed");
     return sbxd_json(r, 200, json_pack("{s:s}", "status", "healthy"));
   }
+  if (base == 0 && n == 1 && strcmp(s[0], "mcp") == 0)
+    return sbxd_mcp(r); /* checks the API key itself (it also takes a bearer token) */
   if (g.api_key && !sbxd_api_key_ok(r))
     return missing_key(r);
   if (n >= 1 && strcmp(s[0], "contract") == 0)

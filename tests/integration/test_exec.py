@@ -156,7 +156,7 @@ def test_usage_errors(sbx):
     assert sbx.run("exec", "-t", "t1", "--timeout", "-1", "--", "true").returncode == 2
     assert sbx.run("nosuchverb").returncode == 2
     for verb in ["exec", "run", "read", "write", "upload", "download", "ls", "glob", "grep",
-                 "ps", "release", "rm", "gc", "down", "config"]:
+                 "ps", "release", "rm", "gc", "down", "config", "mcp"]:
         p = sbx.run(verb, "--help")
         assert p.returncode == 0 and p.stdout.startswith(b"Usage: sbx " + verb.encode())
 

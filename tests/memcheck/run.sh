@@ -64,6 +64,23 @@ check 0 "sbx ps" "${S[@]}" ps --json
 check 0 "sbx release" "${S[@]}" release -t m
 check 0 "sbx gc" "${S[@]}" gc
 check 0 "sbx run" "${S[@]}" run -- true
+# sbx mcp: an MCP session over stdio (tools, resources, bad lines); the end of input cancels
+# what still runs (its command killed) and parks the sandbox
+cp "$W/in" "$W/in.keep"
+cat >"$W/in" <<'MCP'
+{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"vg","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/mnt/user-data/outputs/r.md","content":"# r"}}}
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"grep","arguments":{"path":"/mnt/user-data","pattern":"so.e"}}}
+{"jsonrpc":"2.0","id":5,"method":"resources/list"}
+{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"execute_command","arguments":{"command":"sleep 30"},"_meta":{"progressToken":1}}}
+{not json
+{"jsonrpc":"2.0","id":7,"method":"nope"}
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":6}}
+MCP
+check 0 "sbx mcp" "${S[@]}" mcp -t m
+mv "$W/in.keep" "$W/in"
 check 0 "sbx rm" "${S[@]}" rm -t m
 check 2 "sbx (usage error)" "${S[@]}" exec -- true
 printf 'sandbox:\n  replicas: -1\n' >"$W/bad.yaml"
@@ -120,6 +137,25 @@ for path in ("/v1/sandboxes?metadata=k%3Dv", "/v1/sandboxes?metadata=%3Dx", "/v1
 req("POST", "/v1/contract/acquire", {"user": "u", "thread": "t"})
 st, d = req("POST", "/v1/sandboxes", b"{not json")
 assert 400 <= st < 500, d
+# MCP at /mcp: a session, a tool call answered with JSON and one streamed with progress, a bad
+# message, then DELETE
+ini = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+       "capabilities": {}, "clientInfo": {"name": "vg", "version": "1"}}}
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+c.request("POST", "/mcp", json.dumps(ini), {"Content-Type": "application/json", "Sbx-Thread": "mcp"})
+r = c.getresponse()
+r.read()
+assert r.status == 200
+mh = {"Content-Type": "application/json", "Mcp-Session-Id": r.getheader("Mcp-Session-Id")}
+c.close()
+for body in ('{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_command","arguments":{"command":"echo hi"}}}',
+             '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute_command","arguments":{"command":"sleep 1.2"},"_meta":{"progressToken":1}}}',
+             '{"jsonrpc":"2.0","id":4,"method":"resources/list"}', '{not json'):
+    st, d = req("POST", "/mcp", body, mh)
+    assert st in (200, 202, 400), (st, d)
+st, _ = req("DELETE", "/mcp", None, mh)
+assert st == 204
 st, _ = req("DELETE", "/v1/sandboxes/" + sid)
 assert st == 204
 PY

@@ -1,0 +1,247 @@
+/* sbx mcp: an MCP server over stdio (one JSON-RPC message a line on stdin and stdout) whose
+ * tools are the contract's operations on one scope's sandbox. */
+#include "cli.h"
+
+#include "mcp.h"
+#include "util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+static const char usage[] =
+    "Usage: sbx mcp [-t THREAD] [-u USER]\n"
+    "\n"
+    "Serves the Model Context Protocol over stdio, for agents that take tools over MCP (Claude\n"
+    "Code, Codex, Cursor...): tools execute_command, read_file, write_file, update_file,\n"
+    "download_file, list_dir, glob, grep, release_sandbox and reset_sandbox, and the files of\n"
+    "/mnt/user-data/outputs as resources. All act on the sandbox of one scope: (USER, THREAD)\n"
+    "if -t is given (the same sandbox `sbx exec -t THREAD` uses), else a thread of this session's\n"
+    "own (\"mcp-\" + random hex). It is created on the first tool call and parked warm when\n"
+    "stdin closes or on SIGTERM/SIGINT (commands still running are killed). Logs go to stderr;\n"
+    "stdout carries only MCP messages. See docs/mcp.md.\n"
+    "\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
+    "  -u, --user USER       scope user id (default \"default\")\n";
+
+/* Readers take turns on stdin (read_lock): the thread that reads a tool call runs it itself
+ * (no hand-off to another thread on the call's path) after making sure another reader is
+ * waiting, so cancellations and other calls are read meanwhile. */
+struct stdio {
+  struct cli *c;
+  struct mcp_session *s;
+  pthread_mutex_t out_lock;
+  pthread_mutex_t read_lock;
+  pthread_mutex_t lock; /* the fields below */
+  pthread_cond_t cond;
+  int threads; /* readers besides the main thread */
+  int idle;    /* readers waiting for read_lock */
+  int busy;    /* readers handling a message */
+  bool eof;
+};
+
+static void send_line(void *arg, const char *json, size_t len)
+{
+  struct stdio *io = arg;
+  pthread_mutex_lock(&io->out_lock);
+  fwrite(json, 1, len, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+  pthread_mutex_unlock(&io->out_lock);
+}
+
+static sbx_sandbox_t *host_acquire(void *ctx, const char *user, const char *thread,
+                                   sbx_error_t *err)
+{
+  struct cli *c = ctx;
+  return sbx_acquire(c->provider, user, thread, err);
+}
+
+static void host_release(void *ctx, sbx_sandbox_t *sb, bool destroy)
+{
+  struct cli *c = ctx;
+  cleanup_free char *id = xstrdup(sbx_sandbox_id(sb));
+  sbx_error_t err = NULL;
+  if ((destroy ? sbx_destroy(c->provider, id, &err) : sbx_release(c->provider, id, &err)) < 0)
+    fprintf(stderr, "sbx mcp: %s\n", err->msg);
+  sbx_error_release(&err);
+}
+
+static void *reader_thread(void *arg);
+
+/* Another reader, unless one is already waiting for stdin. */
+static void ensure_reader(struct stdio *io)
+{
+  pthread_mutex_lock(&io->lock);
+  bool need = io->idle == 0 && !io->eof;
+  if (need)
+    io->threads++;
+  pthread_mutex_unlock(&io->lock);
+  pthread_t t;
+  if (need && pthread_create(&t, NULL, reader_thread, io) != 0) {
+    pthread_mutex_lock(&io->lock);
+    io->threads--; /* this call runs anyway; the next line waits for a reader to be free */
+    pthread_mutex_unlock(&io->lock);
+  } else if (need) {
+    pthread_detach(t);
+  }
+}
+
+static void reader(struct stdio *io)
+{
+  char *line = NULL;
+  size_t cap = 0;
+  for (;;) {
+    pthread_mutex_lock(&io->lock);
+    io->idle++;
+    pthread_mutex_unlock(&io->lock);
+    pthread_mutex_lock(&io->read_lock);
+    pthread_mutex_lock(&io->lock);
+    io->idle--;
+    bool eof = io->eof;
+    pthread_mutex_unlock(&io->lock);
+    ssize_t n = eof ? -1 : getline(&line, &cap, stdin);
+    if (n < 0) {
+      pthread_mutex_lock(&io->lock);
+      io->eof = true;
+      pthread_cond_broadcast(&io->cond);
+      pthread_mutex_unlock(&io->lock);
+      pthread_mutex_unlock(&io->read_lock);
+      mcp_cancel_all(io->s); /* the main thread may be the one running a call */
+      break;
+    }
+    pthread_mutex_unlock(&io->read_lock);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+      n--;
+    if (n == 0)
+      continue;
+    struct mcp_msg m;
+    mcp_msg_parse(line, (size_t) n, &m);
+    if (mcp_msg_slow(&m))
+      ensure_reader(io);
+    pthread_mutex_lock(&io->lock);
+    io->busy++;
+    pthread_mutex_unlock(&io->lock);
+    mcp_handle(io->s, &m, send_line, io);
+    pthread_mutex_lock(&io->lock);
+    io->busy--;
+    pthread_cond_broadcast(&io->cond);
+    pthread_mutex_unlock(&io->lock);
+  }
+  free(line);
+}
+
+static void *reader_thread(void *arg)
+{
+  struct stdio *io = arg;
+  reader(io);
+  pthread_mutex_lock(&io->lock);
+  io->threads--;
+  pthread_cond_broadcast(&io->cond);
+  pthread_mutex_unlock(&io->lock);
+  return NULL;
+}
+
+/* Cancels what still runs (its commands are killed) until every reader is done with its
+ * message; returns with io->lock held. */
+static void drain(struct stdio *io, bool all_threads)
+{
+  pthread_mutex_lock(&io->lock);
+  while (io->busy > 0 || (all_threads && io->threads > 0)) {
+    pthread_mutex_unlock(&io->lock);
+    mcp_cancel_all(io->s);
+    pthread_mutex_lock(&io->lock);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&io->cond, &io->lock, &ts);
+  }
+}
+
+static pthread_mutex_t shutdown_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* SIGTERM/SIGINT: readers may be blocked in read(2), so the sandbox is parked from here and the
+ * process exits. Whoever shuts down first (this or end of input) holds shutdown_lock. */
+static void *signal_thread(void *arg)
+{
+  struct stdio *io = arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig;
+  while (sigwait(&set, &sig) != 0)
+    ;
+  pthread_mutex_lock(&shutdown_lock);
+  pthread_mutex_lock(&io->lock);
+  io->eof = true; /* no new message is started */
+  pthread_mutex_unlock(&io->lock);
+  drain(io, false);
+  pthread_mutex_unlock(&io->lock);
+  mcp_session_free(io->s);
+  fflush(stdout);
+  _exit(0);
+}
+
+static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
+{
+  (void) c;
+  struct cli_scope *s = ctx;
+  *(ch == 't' ? &s->thread : &s->user) = arg;
+  return 0;
+}
+
+int cmd_mcp(struct cli *c, int argc, char **argv)
+{
+  static const struct option opts[] = {{"thread", required_argument, NULL, 't'},
+                                       {"user", required_argument, NULL, 'u'},
+                                       {NULL, 0, NULL, 0}};
+  struct cli_scope scope = {0};
+  int r = cli_parse(c, argc, argv, usage, NULL, opts, "t:u:", on_opt, &scope, 0);
+  if (r != 0)
+    return r == CLI_DONE ? 0 : r;
+  /* a bad scope is a usage error now, not a failure at the first tool call */
+  char id[17];
+  sbx_error_t err = NULL;
+  if (sbx_scope_to_id(scope.user ? scope.user : "default", scope.thread ? scope.thread : "x", id,
+                      &err) < 0) {
+    r = cli_usage_error(c, "%s", err->msg);
+    sbx_error_release(&err);
+    return r;
+  }
+  if ((r = cli_open(c)) != 0)
+    return r;
+  /* signals go to signal_thread only (every thread inherits this mask) */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  struct mcp_host host = {.acquire = host_acquire, .release = host_release, .ctx = c};
+  static struct stdio io; /* signal_thread may still use it as the process exits */
+  io.c = c;
+  pthread_mutex_init(&io.out_lock, NULL);
+  pthread_mutex_init(&io.read_lock, NULL);
+  pthread_mutex_init(&io.lock, NULL);
+  pthread_cond_init(&io.cond, NULL);
+  io.s = mcp_session_new(&host, scope.user, scope.thread);
+  pthread_t sig;
+  if (pthread_create(&sig, NULL, signal_thread, &io) == 0)
+    pthread_detach(sig);
+
+  reader(&io);
+  /* end of input: what still runs is cancelled (its commands killed), then the sandbox parked */
+  pthread_mutex_lock(&shutdown_lock);
+  drain(&io, true);
+  pthread_mutex_unlock(&io.lock);
+  mcp_session_free(io.s);
+  return 0;
+}
