@@ -1,6 +1,10 @@
 /* sbxd: OpenSandbox's HTTP APIs over libsbx. Options, configuration, startup (adopting the
  * sandboxes a previous sbxd left running), and an orderly stop on SIGINT/SIGTERM. */
-#include "sbxd.h"
+#include "ctx.h"
+#include "http.h"
+#include "registry.h"
+#include "server.h"
+#include "spares.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -29,44 +33,6 @@ static void usage(FILE *f)
         "\n"
         "See docs/sbxd.md for the routes and docs/configuration.md for the `sbxd:` block.\n",
         f);
-}
-
-/* Keeps the configured spares ready (sandbox.spares): woken after each create, else once a
- * second, which also replaces a spare that died or expired. */
-static pthread_mutex_t spares_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t spares_cond = PTHREAD_COND_INITIALIZER;
-static bool spares_kicked;
-
-void sbxd_spares_kick(void)
-{
-  pthread_mutex_lock(&spares_lock);
-  spares_kicked = true;
-  pthread_cond_signal(&spares_cond);
-  pthread_mutex_unlock(&spares_lock);
-}
-
-static void *spares_main(void *arg)
-{
-  (void) arg;
-  while (!atomic_load(&g.stopping)) {
-    sbx_error_t err = NULL;
-    int wait_s = 1;
-    if (sbx_spares_fill(g.admin, &err) < 0) {
-      sbxd_log(SBXD_WARN, "making spares: %s", err ? err->msg : "failed");
-      sbx_error_release(&err);
-      wait_s = 10;
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += wait_s;
-    pthread_mutex_lock(&spares_lock);
-    while (!spares_kicked && !atomic_load(&g.stopping))
-      if (pthread_cond_timedwait(&spares_cond, &spares_lock, &until) != 0)
-        break;
-    spares_kicked = false;
-    pthread_mutex_unlock(&spares_lock);
-  }
-  return NULL;
 }
 
 static void raise_nofile(void)
@@ -131,32 +97,32 @@ int main(int argc, char **argv)
   cleanup_free char *def_config = xasprintf("%s/config.yaml", home);
   if (config == NULL && access(def_config, F_OK) == 0)
     config = def_config;
-  g.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
-  if (g.cfg == NULL) {
+  srv.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
+  if (srv.cfg == NULL) {
     sbxd_log(SBXD_ERROR, "%s", err->msg);
     sbx_error_release(&err);
     return 2;
   }
-  if (g.cfg->use && strcmp(g.cfg->use, "opensandbox") == 0) {
+  if (srv.cfg->use && strcmp(srv.cfg->use, "opensandbox") == 0) {
     /* sbxd *is* an OpenSandbox server: backing it with the opensandbox backend would make it a
      * client of itself (a DeerFlow config.yaml names the OpenSandbox provider) */
     sbxd_log(SBXD_ERROR,
              "%s: sandbox.use is 'opensandbox'; sbxd serves sandboxes of a local backend "
              "(give it its own configuration with sandbox.use: linux, or none)",
-             g.cfg->path ? g.cfg->path : "configuration");
+             srv.cfg->path ? srv.cfg->path : "configuration");
     return 2;
   }
-  g.listen = xstrdup(listen ? listen : g.cfg->listen);
+  srv.listen = xstrdup(listen ? listen : srv.cfg->listen);
   if (key == NULL || *key == '\0')
-    key = g.cfg->server_api_key;
+    key = srv.cfg->server_api_key;
   if (key == NULL || *key == '\0')
     key = getenv("OPEN_SANDBOX_API_KEY");
-  g.api_key = key && *key ? xstrdup(key) : NULL;
-  if (g.api_key == NULL && !sbxd_listen_is_loopback(g.listen)) {
+  srv.api_key = key && *key ? xstrdup(key) : NULL;
+  if (srv.api_key == NULL && !sbxd_listen_is_loopback(srv.listen)) {
     sbxd_log(SBXD_ERROR,
              "refusing to listen on %s without an API key: pass --api-key, set "
              "OPEN_SANDBOX_API_KEY or sbxd.api_key, or listen on a loopback address",
-             g.listen);
+             srv.listen);
     return 2;
   }
 
@@ -168,47 +134,43 @@ int main(int argc, char **argv)
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   raise_nofile();
 
-  g.p = sbx_provider_new(home, g.cfg, &err);
-  if (g.p)
-    g.admin = sbx_provider_new(home, g.cfg, &err);
-  if (g.p == NULL || g.admin == NULL) {
+  srv.p = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p)
+    srv.admin = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p == NULL || srv.admin == NULL) {
     sbxd_log(SBXD_ERROR, "%s", err->msg);
     sbx_error_release(&err);
     return 1;
   }
-  g.home = xstrdup(sbx_provider_home(g.p));
-  g.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
+  srv.home = xstrdup(sbx_provider_home(srv.p));
+  srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   if (sbxd_registry_start() < 0)
     return 1;
   char *bound = NULL;
   if (sbxd_server_start(&bound) < 0) {
-    atomic_store(&g.stopping, true);
+    atomic_store(&srv.stopping, true);
     sbxd_registry_stop(true);
     return 1;
   }
-  free(g.listen);
-  g.listen = bound;
-  pthread_t spares_thread;
-  bool spares_running =
-      g.cfg->spares > 0 && pthread_create(&spares_thread, NULL, spares_main, NULL) == 0;
+  free(srv.listen);
+  srv.listen = bound;
+  if (sbxd_spares_start() < 0)
+    sbxd_log(SBXD_WARN, "cannot start the thread that keeps spares ready");
   sbxd_log_json(SBXD_INFO, "listening",
-                json_pack("{s:s,s:s,s:s,s:b}", "address", g.listen, "home", g.home, "version",
-                          SBX_VERSION, "auth", g.api_key != NULL));
+                json_pack("{s:s,s:s,s:s,s:b}", "address", srv.listen, "home", srv.home, "version",
+                          SBX_VERSION, "auth", srv.api_key != NULL));
 
   int sig = 0;
   sigwait(&stop, &sig);
   sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
-  atomic_store(&g.stopping, true);
-  if (spares_running) {
-    sbxd_spares_kick();
-    pthread_join(spares_thread, NULL);
-  }
+  atomic_store(&srv.stopping, true);
+  sbxd_spares_stop();
   sbxd_server_stop();
-  for (int i = 0; i < 50 && atomic_load(&g.workers) > 0; i++) {
+  for (int i = 0; i < 50 && atomic_load(&srv.workers) > 0; i++) {
     struct timespec ts = {0, 100 * 1000000};
     nanosleep(&ts, NULL);
   }
-  int busy = atomic_load(&g.workers);
+  int busy = atomic_load(&srv.workers);
   sbxd_registry_stop(busy == 0);
   if (busy > 0) {
     /* commands still running hold handles: leave them to the process exit (they keep running
@@ -216,12 +178,12 @@ int main(int argc, char **argv)
     sbxd_log(SBXD_INFO, "stopped with %d command(s) still running in their sandboxes", busy);
     return 0;
   }
-  sbx_provider_free(g.admin);
-  sbx_provider_free(g.p);
-  sbx_config_free(g.cfg);
-  free(g.home);
-  free(g.api_key);
-  free(g.listen);
+  sbx_provider_free(srv.admin);
+  sbx_provider_free(srv.p);
+  sbx_config_free(srv.cfg);
+  free(srv.home);
+  free(srv.api_key);
+  free(srv.listen);
   sbxd_log(SBXD_INFO, "stopped");
   return 0;
 }
