@@ -339,13 +339,17 @@ struct MHD_Response *fd_response(int fd, uint64_t size)
 int sbxd_send_all(int fd, const char *d, size_t n, int timeout_ms)
 {
   while (n > 0) {
-    struct pollfd pf = {fd, POLLOUT, 0};
-    int pr = poll(&pf, 1, timeout_ms);
-    if (pr < 0 && errno == EINTR)
-      continue;
-    if (pr <= 0)
-      return -1;
-    ssize_t w = send(fd, d, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* without a limit, a blocking send: it fails at once when the peer shuts its reading side
+     * down (an upload's writer that gave up), where poll would wait for room forever */
+    if (timeout_ms >= 0) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      int pr = poll(&pf, 1, timeout_ms);
+      if (pr < 0 && errno == EINTR)
+        continue;
+      if (pr <= 0)
+        return -1;
+    }
+    ssize_t w = send(fd, d, n, MSG_NOSIGNAL | (timeout_ms >= 0 ? MSG_DONTWAIT : 0));
     if (w < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (w < 0)

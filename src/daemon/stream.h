@@ -33,8 +33,8 @@ int stream_wait_start(struct stream *s, sbx_error_t *err);
  * MHD_SIZE_UNKNOWN. The fd is closed with the response. */
 struct MHD_Response *fd_response(int fd, uint64_t size);
 
-/* Sends all n bytes to a socket (never SIGPIPE), waiting at most timeout_ms (-1: no limit)
- * for room each time; 0, or -1 when the peer is gone or too slow. */
+/* Sends all n bytes to a socket (never SIGPIPE), waiting at most timeout_ms for room each time
+ * (-1: blocking sends, no limit); 0, or -1 when the peer is gone or too slow. */
 int sbxd_send_all(int fd, const char *d, size_t n, int timeout_ms);
 
 #endif
