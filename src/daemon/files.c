@@ -426,6 +426,76 @@ static int got_size(void *arg, uint64_t size)
   return 1; /* that is all we wanted: cancel the read */
 }
 
+/* The file to download, following a final symlink; answers and returns -1 when it is
+ * missing, unreadable or a directory. */
+static int download_stat(struct req *r, const char *p, struct sbx_file_info *fi,
+                         enum MHD_Result *ret)
+{
+  sbx_error_t err = NULL;
+  if (sbx_stat(r->box->sb, p, fi, &err) < 0) {
+    *ret = file_error(r, &err, p);
+    return -1;
+  }
+  free(fi->path);
+  fi->path = NULL;
+  if (fi->type == 'l') {
+    /* stat describes the link itself (its size is the target's name's length): ask the file
+     * read through it for its size, which also refuses what cannot be read (a dangling or
+     * magic link, a directory) now rather than after a 200 */
+    uint64_t size = UINT64_MAX;
+    cleanup_close int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (sbx_read_range(r->box->sb, p, 0, 1, null, got_size, &size, &err) < 0 &&
+        size == UINT64_MAX) {
+      if (err->kind == SBX_E_IS_DIR) {
+        sbx_error_release(&err);
+        *ret = sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
+      } else {
+        *ret = file_error(r, &err, p);
+      }
+      return -1;
+    }
+    sbx_error_release(&err);
+    fi->type = 'f';
+    fi->size = size;
+  }
+  if (fi->type == 'd') {
+    *ret = sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
+    return -1;
+  }
+  return 0;
+}
+
+/* A body of length bytes from offset, read by a worker into a pipe; NULL with *why (malloc'ed)
+ * when the pipe or the worker could not be made (NULL alone: MHD failed). */
+static struct MHD_Response *download_body(struct req *r, const char *p, uint64_t offset,
+                                          uint64_t length, char **why)
+{
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0) {
+    *why = xasprintf("pipe: %s", strerror(errno));
+    return NULL;
+  }
+  fcntl(pfd[0], F_SETPIPE_SZ, 1 << 20);
+  struct dl *d = xzalloc(sizeof *d);
+  d->b = box_ref(r->box);
+  d->path = xstrdup(p);
+  d->off = offset;
+  d->len = length;
+  d->fd = pfd[1];
+  sbxd_worker_start();
+  if (sbxd_spawn(dl_main, d) < 0) {
+    sbxd_worker_done();
+    close(pfd[0]);
+    close(pfd[1]);
+    box_put(d->b);
+    free(d->path);
+    free(d);
+    *why = xstrdup("cannot start a thread");
+    return NULL;
+  }
+  return fd_response(pfd[0], length);
+}
+
 enum MHD_Result h_files_download(struct req *r)
 {
   const char *path = sbxd_query(r, "path");
@@ -441,29 +511,9 @@ enum MHD_Result h_files_download(struct req *r)
                       "offset and limit must be integers >= 1 (lines)");
   sbx_error_t err = NULL;
   struct sbx_file_info fi;
-  if (sbx_stat(r->box->sb, p, &fi, &err) < 0)
-    return file_error(r, &err, p);
-  free(fi.path);
-  if (fi.type == 'l') {
-    /* stat describes the link itself (its size is the target's name's length): ask the file
-     * read through it for its size, which also refuses what cannot be read (a dangling or
-     * magic link, a directory) now rather than after a 200 */
-    uint64_t size = UINT64_MAX;
-    cleanup_close int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (sbx_read_range(r->box->sb, p, 0, 1, null, got_size, &size, &err) < 0 &&
-        size == UINT64_MAX) {
-      if (err->kind == SBX_E_IS_DIR) {
-        sbx_error_release(&err);
-        return sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
-      }
-      return file_error(r, &err, p);
-    }
-    sbx_error_release(&err);
-    fi.type = 'f';
-    fi.size = size;
-  }
-  if (fi.type == 'd')
-    return sbxd_error(r, 400, "INVALID_FILE", "%s is a directory", p);
+  enum MHD_Result ret;
+  if (download_stat(r, p, &fi, &ret) < 0)
+    return ret;
   if (os || ls) {
     if (range)
       return sbxd_error(r, 400, "INVALID_REQUEST_BODY",
@@ -474,7 +524,7 @@ enum MHD_Result h_files_download(struct req *r)
     size_t len = 0;
     if (sbx_read_file(r->box->sb, p, start, end, &text, &len, &err) < 0)
       return file_error(r, &err, p);
-    enum MHD_Result ret = sbxd_text(r, 200, "text/plain; charset=utf-8", text, len);
+    ret = sbxd_text(r, 200, "text/plain; charset=utf-8", text, len);
     free(text);
     return ret;
   }
@@ -498,27 +548,10 @@ enum MHD_Result h_files_download(struct req *r)
   if (length == 0) {
     resp = MHD_create_response_from_buffer(0, (void *) "", MHD_RESPMEM_PERSISTENT);
   } else {
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-      return sbxd_error(r, 500, "RUNTIME_ERROR", "pipe: %s", strerror(errno));
-    fcntl(pfd[0], F_SETPIPE_SZ, 1 << 20);
-    struct dl *d = xzalloc(sizeof *d);
-    d->b = box_ref(r->box);
-    d->path = xstrdup(p);
-    d->off = offset;
-    d->len = length;
-    d->fd = pfd[1];
-    sbxd_worker_start();
-    if (sbxd_spawn(dl_main, d) < 0) {
-      sbxd_worker_done();
-      close(pfd[0]);
-      close(pfd[1]);
-      box_put(d->b);
-      free(d->path);
-      free(d);
-      return sbxd_error(r, 500, "RUNTIME_ERROR", "cannot start a thread");
-    }
-    resp = fd_response(pfd[0], length);
+    cleanup_free char *why = NULL;
+    resp = download_body(r, p, offset, length, &why);
+    if (resp == NULL && why)
+      return sbxd_error(r, 500, "RUNTIME_ERROR", "%s", why);
   }
   if (resp == NULL)
     return MHD_NO;

@@ -44,9 +44,13 @@ static void raise_nofile(void)
   }
 }
 
-int main(int argc, char **argv)
+struct options {
+  const char *listen, *home, *config, *key;
+};
+
+/* -1: go on; else the exit status (help, version, a bad option). */
+static int parse_options(int argc, char **argv, struct options *o)
 {
-  const char *listen = NULL, *home = NULL, *config = NULL, *key = NULL;
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"home", required_argument, NULL, 'H'},
                                        {"config", required_argument, NULL, 'c'},
@@ -59,16 +63,16 @@ int main(int argc, char **argv)
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
     case 'l':
-      listen = optarg;
+      o->listen = optarg;
       break;
     case 'H':
-      home = optarg;
+      o->home = optarg;
       break;
     case 'c':
-      config = optarg;
+      o->config = optarg;
       break;
     case 'k':
-      key = optarg;
+      o->key = optarg;
       break;
     case 'h':
       usage(stdout);
@@ -85,16 +89,19 @@ int main(int argc, char **argv)
     fprintf(stderr, "sbxd: unexpected argument '%s'\nTry 'sbxd --help'.\n", argv[optind]);
     return 2;
   }
-  signal(SIGPIPE, SIG_IGN);
-  json_object_seed(0);
-  sbx_set_log_handler(sbxd_lib_log, NULL);
+  return -1;
+}
 
-  if (home == NULL || *home == '\0')
-    home = getenv("SBX_HOME");
-  if (home == NULL || *home == '\0')
-    home = ".sbx";
+/* The configuration, listen address and API key into srv; the exit status on failure, else -1. */
+static int configure(struct options *o)
+{
+  if (o->home == NULL || *o->home == '\0')
+    o->home = getenv("SBX_HOME");
+  if (o->home == NULL || *o->home == '\0')
+    o->home = ".sbx";
   sbx_error_t err = NULL;
-  cleanup_free char *def_config = xasprintf("%s/config.yaml", home);
+  cleanup_free char *def_config = xasprintf("%s/config.yaml", o->home);
+  const char *config = o->config;
   if (config == NULL && access(def_config, F_OK) == 0)
     config = def_config;
   srv.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
@@ -112,7 +119,8 @@ int main(int argc, char **argv)
              srv.cfg->path ? srv.cfg->path : "configuration");
     return 2;
   }
-  srv.listen = xstrdup(listen ? listen : srv.cfg->listen);
+  srv.listen = xstrdup(o->listen ? o->listen : srv.cfg->listen);
+  const char *key = o->key;
   if (key == NULL || *key == '\0')
     key = srv.cfg->server_api_key;
   if (key == NULL || *key == '\0')
@@ -125,15 +133,14 @@ int main(int argc, char **argv)
              srv.listen);
     return 2;
   }
+  return -1;
+}
 
-  /* Signals are taken by sigwait below; every thread created from here on has them blocked. */
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
-  raise_nofile();
-
+/* The providers, the box table, the listener and the spares thread; the exit status on
+ * failure, else -1. */
+static int start(const char *home)
+{
+  sbx_error_t err = NULL;
   srv.p = sbx_provider_new(home, srv.cfg, &err);
   if (srv.p)
     srv.admin = sbx_provider_new(home, srv.cfg, &err);
@@ -159,10 +166,13 @@ int main(int argc, char **argv)
   sbxd_log_json(SBXD_INFO, "listening",
                 json_pack("{s:s,s:s,s:s,s:b}", "address", srv.listen, "home", srv.home, "version",
                           SBX_VERSION, "auth", srv.api_key != NULL));
+  return -1;
+}
 
-  int sig = 0;
-  sigwait(&stop, &sig);
-  sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
+/* After the stop signal: the spares thread, the listener, the workers (five seconds), the
+ * table, the context. */
+static int stop(void)
+{
   atomic_store(&srv.stopping, true);
   sbxd_spares_stop();
   sbxd_server_stop();
@@ -186,4 +196,32 @@ int main(int argc, char **argv)
   free(srv.listen);
   sbxd_log(SBXD_INFO, "stopped");
   return 0;
+}
+
+int main(int argc, char **argv)
+{
+  struct options o = {0};
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0)
+    return rc;
+  signal(SIGPIPE, SIG_IGN);
+  json_object_seed(0);
+  sbx_set_log_handler(sbxd_lib_log, NULL);
+  if ((rc = configure(&o)) >= 0)
+    return rc;
+
+  /* Signals are taken by sigwait below; every thread created from here on has them blocked. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  raise_nofile();
+  if ((rc = start(o.home)) >= 0)
+    return rc;
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
+  return stop();
 }
