@@ -70,23 +70,19 @@ enum MHD_Result h_files_info(struct req *r)
 {
   const char *paths[MAX_PATHS];
   size_t n = query_paths(r, paths);
-  json_t *out = json_object();
+  json_auto_t *out = json_object();
   for (size_t i = 0; i < n; i++) {
     cleanup_free char *p = sbxd_path_clean(paths[i]);
     struct sbx_file_info fi;
     sbx_error_t err = NULL;
-    if (p == NULL) {
-      json_decref(out);
+    if (p == NULL)
       return sbxd_error(r, 400, "INVALID_REQUEST_BODY", "empty path");
-    }
-    if (sbx_stat(r->box->sb, p, &fi, &err) < 0) {
-      json_decref(out);
+    if (sbx_stat(r->box->sb, p, &fi, &err) < 0)
       return file_error(r, &err, p);
-    }
     json_object_set_new(out, paths[i], file_info_json(r->box, &fi, p));
     free(fi.path);
   }
-  return sbxd_json(r, 200, out);
+  return sbxd_json(r, 200, steal_pointer(&out));
 }
 
 enum MHD_Result h_files_delete(struct req *r)
@@ -255,14 +251,13 @@ enum MHD_Result h_files_replace(struct req *r)
     const char *old = json_string_value(json_object_get(v, "old"));
     json_t *nw = json_object_get(v, "new");
     if (old == NULL || *old == '\0' || (nw && !json_is_null(nw) && !json_is_string(nw))) {
-      ret = sbxd_error(r, 400, "INVALID_REQUEST_BODY",
-                       "%s: 'old' must be a non-empty string and 'new' a string", k);
-      return ret;
+      return sbxd_error(r, 400, "INVALID_REQUEST_BODY",
+                        "%s: 'old' must be a non-empty string and 'new' a string", k);
     }
   }
   const char *verbose = sbxd_query(r, "verbose");
   bool detailed = verbose && (strcasecmp(verbose, "true") == 0 || strcmp(verbose, "1") == 0);
-  json_t *out = json_object();
+  json_auto_t *out = json_object();
   json_object_foreach(body, k, v)
   {
     const char *old = json_string_value(json_object_get(v, "old"));
@@ -272,17 +267,13 @@ enum MHD_Result h_files_replace(struct req *r)
     cleanup_free char *p = sbxd_path_clean(k);
     uint64_t count = 0;
     sbx_error_t err = NULL;
-    if (sbx_replace(r->box->sb, p, old, strlen(old), nw, strlen(nw), &count, &err) < 0) {
-      json_decref(out);
+    if (sbx_replace(r->box->sb, p, old, strlen(old), nw, strlen(nw), &count, &err) < 0)
       return file_error(r, &err, p);
-    }
     json_object_set_new(out, k, json_pack("{s:I}", "replacedCount", (json_int_t) count));
   }
-  if (!detailed) {
-    json_decref(out);
+  if (!detailed)
     return sbxd_empty(r, 200);
-  }
-  return sbxd_json(r, 200, out);
+  return sbxd_json(r, 200, steal_pointer(&out));
 }
 
 /* ---- directories ---- */

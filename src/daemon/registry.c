@@ -318,11 +318,9 @@ static void adopt(void)
     if (in->user != NULL || in->thread != NULL)
       continue; /* a scope's sandbox: the provider's business */
     cleanup_free char *extra_s = sbx_extra_get(srv.p, in->id, NULL);
-    json_t *extra = extra_s ? json_loads(extra_s, 0, NULL) : NULL;
-    if (!json_is_object(extra) || !json_object_get(extra, "sbxd")) {
-      json_decref(extra); /* not made by sbxd */
-      continue;
-    }
+    json_auto_t *extra = extra_s ? json_loads(extra_s, 0, NULL) : NULL;
+    if (!json_is_object(extra) || !json_object_get(extra, "sbxd"))
+      continue; /* not made by sbxd */
     int64_t exp = json_ms(json_object_get(extra, "expiresAt"));
     const char *why = in->state == SBX_STATE_DEAD ? "dead"
                       : exp && exp <= now         ? "ttl_expiry"
@@ -334,7 +332,6 @@ static void adopt(void)
       sbxd_log_json(SBXD_INFO, "sandbox removed at startup",
                     json_pack("{s:s,s:s,s:b}", "sandbox_id", in->id, "reason", why, "ok", r == 0));
       sbx_error_release(&err);
-      json_decref(extra);
       removed++;
       continue;
     }
@@ -342,10 +339,9 @@ static void adopt(void)
     if (sb == NULL) {
       sbxd_log(SBXD_WARN, "adopt sandbox %s: %s", in->id, err->msg);
       sbx_error_release(&err);
-      json_decref(extra);
       continue;
     }
-    struct box *b = box_add(sb, BOX_MANAGED, extra);
+    struct box *b = box_add(sb, BOX_MANAGED, steal_pointer(&extra));
     b->paused = in->paused;
     box_put(b);
     adopted++;

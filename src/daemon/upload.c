@@ -217,7 +217,7 @@ static int parse_meta(struct upload *u, struct meta *m)
 {
   memset(m, 0, sizeof *m);
   json_error_t je;
-  json_t *j = json_loadb(u->meta_buf.data ? u->meta_buf.data : "", u->meta_buf.len, 0, &je);
+  json_auto_t *j = json_loadb(u->meta_buf.data ? u->meta_buf.data : "", u->meta_buf.len, 0, &je);
   const char *path = json_string_value(json_object_get(j, "path"));
   json_t *mode = json_object_get(j, "mode"), *o = json_object_get(j, "owner"),
          *gr = json_object_get(j, "group");
@@ -236,7 +236,6 @@ static int parse_meta(struct upload *u, struct meta *m)
   if (bad) {
     up_fail(u, 400, "INVALID_FILE_METADATA",
             j == NULL ? xasprintf("invalid metadata: %s", je.text) : xstrdup(bad));
-    json_decref(j);
     return -1;
   }
   m->path = sbxd_path_clean(path);
@@ -244,7 +243,6 @@ static int parse_meta(struct upload *u, struct meta *m)
     m->owner = xstrdup(json_string_value(o));
   if (json_string_value(gr) && *json_string_value(gr))
     m->group = xstrdup(json_string_value(gr));
-  json_decref(j);
   return 0;
 }
 
