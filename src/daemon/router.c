@@ -60,14 +60,14 @@ static enum MHD_Result h_no_code(struct req *r)
                     "%s is not supported by sbxd (no code interpreter or PTY)", r->sub);
 }
 
-#define GET "GET HEAD" /* execd serves HEAD wherever it serves GET */
+#define GET_HEAD "GET HEAD" /* execd serves HEAD wherever it serves GET */
 #define LC SBXD_BODY_LIFECYCLE
 #define CT SBXD_BODY_CONTRACT
 #define EX SBXD_BODY_EXECD
 
 static const struct route routes[] = {
     /* health (no key: load balancers probe it) */
-    {API, "GET HEAD", "/health", h_health, 0, ROUTE_NO_AUTH | ROUTE_NO_V1 | ROUTE_AT_ONCE},
+    {API, GET_HEAD, "/health", h_health, 0, ROUTE_NO_AUTH | ROUTE_NO_V1 | ROUTE_AT_ONCE},
     {API, NULL, "/health", h_health_method, 0, ROUTE_NO_AUTH | ROUTE_NO_V1 | ROUTE_AT_ONCE},
     /* OpenSandbox's lifecycle API (lifecycle.c) */
     {API, "GET", "/sandboxes", h_sandbox_list, LC, 0},
@@ -96,35 +96,38 @@ static const struct route routes[] = {
     {API, "POST", "/sandboxes/{id}/contract/grep", h_contract_grep, CT, 0},
 
     /* a sandbox's execd API (below its endpoint mount; the box is r->box) */
-    {EXECD, GET, "/ping", h_ping, 0, 0},
+    {EXECD, GET_HEAD, "/ping", h_ping, 0, 0},
     {EXECD, NULL, "/ping", h_execd_method, 0, ROUTE_AT_ONCE},
     /* commands (commands.c), sessions (sessions.c), metrics (metrics.c) */
     {EXECD, "POST", "/command", h_command, EX, 0},
     {EXECD, "DELETE", "/command", h_command_interrupt, 0, 0},
-    {EXECD, GET, "/command/status/{id...}", h_command_status, 0, 0},
-    {EXECD, GET, "/command/{id?}/logs", h_command_logs, 0, 0},
+    {EXECD, GET_HEAD, "/command/status/{id...}", h_command_status, 0, 0},
+    {EXECD, GET_HEAD, "/command/{id?}/logs", h_command_logs, 0, 0},
     {EXECD, "POST", "/session", h_session_create, EX, 0},
     {EXECD, "POST", "/session/{sid}/run", h_session_run, EX, 0},
     {EXECD, "DELETE", "/session/{sid}", h_session_delete, 0, 0},
-    {EXECD, GET, "/metrics", h_metrics, 0, 0},
-    {EXECD, GET, "/metrics/watch", h_metrics_watch, 0, 0},
+    {EXECD, GET_HEAD, "/metrics", h_metrics, 0, 0},
+    {EXECD, GET_HEAD, "/metrics/watch", h_metrics_watch, 0, 0},
     /* files and directories (files.c, upload.c) */
     {EXECD, "DELETE", "/files", h_files_delete, 0, 0},
-    {EXECD, GET, "/files/info", h_files_info, 0, 0},
+    {EXECD, GET_HEAD, "/files/info", h_files_info, 0, 0},
     {EXECD, "POST", "/files/mv", h_files_mv, EX, 0},
     {EXECD, "POST", "/files/permissions", h_files_permissions, EX, 0},
-    {EXECD, GET, "/files/search", h_files_search, 0, 0},
+    {EXECD, GET_HEAD, "/files/search", h_files_search, 0, 0},
     {EXECD, "POST", "/files/replace", h_files_replace, EX, 0},
     {EXECD, "POST", "/files/upload", h_files_upload, SBXD_BODY_STREAM, ROUTE_AT_ONCE},
-    {EXECD, GET, "/files/download", h_files_download, 0, 0},
-    {EXECD, GET, "/directories/list", h_dir_list, 0, 0},
+    {EXECD, GET_HEAD, "/files/download", h_files_download, 0, 0},
+    {EXECD, GET_HEAD, "/directories/list", h_dir_list, 0, 0},
     {EXECD, "POST", "/directories", h_dir_make, EX, 0},
     {EXECD, "DELETE", "/directories", h_dir_remove, 0, 0},
     {EXECD, NULL, "/code*", h_no_code, 0, ROUTE_AT_ONCE},
     {EXECD, NULL, "/pty*", h_no_code, 0, ROUTE_AT_ONCE},
 };
 
-#undef GET
+#undef GET_HEAD
+#undef LC
+#undef CT
+#undef EX
 
 /* ---- matching ---- */
 

@@ -363,7 +363,6 @@ enum MHD_Result h_files_upload(struct req *r)
   r->ctx = u;
   r->on_body = up_body;
   r->on_close = up_close;
-  r->done = up_done;
-  r->body_max = SBXD_BODY_STREAM;
+  r->done = up_done; /* (the route table gives the cap) */
   return MHD_YES;
 }
