@@ -41,7 +41,10 @@
  *
  * Needs root (namespaces and cgroups), as the rest of the test suites. sbx-init comes from
  * $SBX_INIT, else the build's (SBX_FUZZ_INIT, set by fuzz/CMakeLists.txt). */
-#include "../src/daemon/sbxd.h"
+#include "../src/daemon/ctx.h"
+#include "../src/daemon/http.h"
+#include "../src/daemon/registry.h"
+#include "../src/daemon/server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -305,15 +308,14 @@ static void fixture_create(void)
 
 static unsigned mhd_connections(void)
 {
-  const union MHD_DaemonInfo *i = MHD_get_daemon_info(g.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-  return i ? i->num_connections : 0;
+  return sbxd_server_connections();
 }
 
 /* Waits until sbxd serves no connection and runs no worker, for at most ms. */
 static bool idle_within(int ms)
 {
   for (int waited = 0;; waited += 2) {
-    if (mhd_connections() == 0 && atomic_load(&g.workers) == 0)
+    if (mhd_connections() == 0 && atomic_load(&srv.workers) == 0)
       return true;
     if (waited >= ms)
       return false;
@@ -337,12 +339,12 @@ static void restore(void)
   struct sbx_sandbox_info *infos = NULL;
   size_t n = 0;
   bool scopes = false;
-  if (sbx_list(g.admin, &infos, &n, NULL) == 0) {
+  if (sbx_list(srv.admin, &infos, &n, NULL) == 0) {
     for (size_t i = 0; i < n; i++)
       if (strcmp(infos[i].id, fixture_id) != 0) {
         if (infos[i].paused)
-          sbx_pause(g.admin, infos[i].id, false, NULL);
-        sbx_destroy(g.admin, infos[i].id, NULL);
+          sbx_pause(srv.admin, infos[i].id, false, NULL);
+        sbx_destroy(srv.admin, infos[i].id, NULL);
         scopes |= infos[i].thread != NULL;
       }
     sbx_sandbox_info_free(infos, n);
@@ -370,7 +372,7 @@ static void restore(void)
     fixture_create();
     return;
   }
-  bool paused = sbxd_box_paused(b);
+  bool paused = box_paused(b);
   box_put(b);
   if (paused) {
     char path[96];
@@ -382,12 +384,6 @@ static void restore(void)
 }
 
 /* ---- set-up and tear-down ---- */
-
-/* main.c's (not linked here): it wakes the thread that keeps sandbox.spares ready, which main.c
- * starts only for spares > 0; the configuration here has none. */
-void sbxd_spares_kick(void)
-{
-}
 
 /* `sbx --home H down`. */
 static void destroy_sandboxes(sbx_provider_t *p)
@@ -443,31 +439,31 @@ static void teardown(void)
   if (torn_down || getpid() != self_pid)
     return;
   torn_down = true;
-  atomic_store(&g.stopping, true);
-  sbx_shutdown(g.admin, NULL);
+  atomic_store(&srv.stopping, true);
+  sbx_shutdown(srv.admin, NULL);
   sbxd_server_stop();
-  for (int i = 0; i < 100 && atomic_load(&g.workers) > 0; i++) {
+  for (int i = 0; i < 100 && atomic_load(&srv.workers) > 0; i++) {
     struct timespec ts = {0, 100 * 1000000};
     nanosleep(&ts, NULL);
   }
-  int busy = atomic_load(&g.workers);
+  int busy = atomic_load(&srv.workers);
   sbxd_registry_stop(busy == 0);
   if (busy == 0) {
     /* with workers still running (they hold handles) the memory is left to the exit */
-    sbx_provider_free(g.admin);
-    sbx_provider_free(g.p);
+    sbx_provider_free(srv.admin);
+    sbx_provider_free(srv.p);
   }
   /* anything made meanwhile (a create that raced the stop), then the home itself */
-  sbx_provider_t *p = sbx_provider_new(home, g.cfg, NULL);
+  sbx_provider_t *p = sbx_provider_new(home, srv.cfg, NULL);
   if (p) {
     destroy_sandboxes(p);
     sbx_provider_free(p);
   }
   sbx_rm_rf_at(AT_FDCWD, home);
   if (busy == 0) {
-    sbx_config_free(g.cfg);
-    free(g.home);
-    free(g.listen);
+    sbx_config_free(srv.cfg);
+    free(srv.home);
+    free(srv.listen);
     free(cfg_path);
   }
   if (reaper_fd >= 0) {
@@ -523,8 +519,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   if (f == NULL || fputs(yaml, f) < 0 || fclose(f) != 0)
     abort();
   sbx_error_t err = NULL;
-  g.cfg = sbx_config_load(cfg_path, &err);
-  if (g.cfg == NULL) {
+  srv.cfg = sbx_config_load(cfg_path, &err);
+  if (srv.cfg == NULL) {
     fprintf(stderr, "fuzz_sbxd_request: %s\n", err->msg);
     abort();
   }
@@ -532,22 +528,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   reaper_start();
   atexit(teardown);
 
-  g.listen = xstrdup("127.0.0.1:0");
-  g.api_key = NULL;
-  g.p = sbx_provider_new(home, g.cfg, &err);
-  if (g.p)
-    g.admin = sbx_provider_new(home, g.cfg, &err);
-  if (g.p == NULL || g.admin == NULL) {
+  srv.listen = xstrdup("127.0.0.1:0");
+  srv.api_key = NULL;
+  srv.p = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p)
+    srv.admin = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p == NULL || srv.admin == NULL) {
     fprintf(stderr, "fuzz_sbxd_request: %s\n", err->msg);
     abort();
   }
-  g.home = xstrdup(sbx_provider_home(g.p));
-  g.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
+  srv.home = xstrdup(sbx_provider_home(srv.p));
+  srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   char *bound = NULL;
   if (sbxd_registry_start() < 0 || sbxd_server_start(&bound) < 0)
     abort();
-  free(g.listen);
-  g.listen = bound;
+  free(srv.listen);
+  srv.listen = bound;
   const char *colon = strrchr(bound, ':');
   server.sin_family = AF_INET;
   server.sin_port = htons((uint16_t) atoi(colon + 1));

@@ -8,7 +8,9 @@
  * {op} is execute_command, read_file, write_file, update_file, download_file, list_dir, glob or
  * grep, on a sandbox acquired here or made by the lifecycle API. Errors are the library's:
  * {"code": "SBX::<KIND>", "message": <the contract's exact text>}. */
-#include "sbxd.h"
+#include "contract.h"
+#include "ctx.h"
+#include "registry.h"
 
 #include <math.h>
 #include <string.h>
@@ -289,75 +291,80 @@ static enum MHD_Result op_grep(struct req *r, struct box *b, json_t *body)
   return sbxd_json(r, 200, json_pack("{s:o,s:b}", "matches", a, "truncated", truncated));
 }
 
-static const struct {
-  const char *name;
-  enum MHD_Result (*fn)(struct req *r, struct box *b, json_t *body);
-} ops[] = {
-    {"execute_command", op_execute},
-    {"read_file", op_read},
-    {"write_file", op_write},
-    {"update_file", op_update},
-    {"download_file", op_download},
-    {"list_dir", op_list_dir},
-    {"glob", op_glob},
-    {"grep", op_grep},
-};
+typedef enum MHD_Result (*op_fn)(struct req *r, struct box *b, json_t *body);
 
-static json_t *contract_body(struct req *r, enum MHD_Result *ret)
+/* An operation on a held sandbox: {id} of the route. */
+static enum MHD_Result contract_op(struct req *r, op_fn fn)
 {
-  json_error_t je;
-  json_t *j = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, &je);
-  if (!json_is_object(j)) {
-    *ret = j == NULL ? sbxd_error(r, 400, "SBX::INVALID", "malformed JSON body: %s", je.text)
-                     : sbxd_error(r, 400, "SBX::INVALID", "the body must be a JSON object");
-    json_decref(j);
-    return NULL;
-  }
-  return j;
-}
-
-static enum MHD_Result h_op(struct req *r)
-{
-  size_t base = strcmp(r->seg.v[0], "v1") == 0 ? 1 : 0;
-  const char *id = r->seg.v[base + 1], *op = r->seg.v[base + 3];
+  const char *id = sbxd_param(r, "id");
   enum MHD_Result ret;
-  json_t *body = contract_body(r, &ret);
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_CONTRACT, SBXD_WANT_OBJECT, &ret);
   if (body == NULL)
     return ret;
   struct box *b = box_get(id);
-  if (b == NULL) {
-    json_decref(body);
+  if (b == NULL)
     return sbxd_error(r, 404, "SBX::NOT_FOUND",
                       "no sandbox %s is held by sbxd (acquire it or create it first)", id);
-  }
-  if (sbxd_box_paused(b)) {
+  if (box_paused(b))
     ret = sbxd_error(r, 409, "SBX::CONFLICT", "sandbox %s is paused; resume it first", id);
-  } else {
-    ret = MHD_NO;
-    for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
-      if (strcmp(ops[i].name, op) == 0)
-        ret = ops[i].fn(r, b, body);
-  }
-  json_decref(body);
+  else
+    ret = fn(r, b, body);
   box_put(b);
   return ret;
 }
 
-static enum MHD_Result h_acquire(struct req *r)
+enum MHD_Result h_contract_execute(struct req *r)
+{
+  return contract_op(r, op_execute);
+}
+
+enum MHD_Result h_contract_read(struct req *r)
+{
+  return contract_op(r, op_read);
+}
+
+enum MHD_Result h_contract_write(struct req *r)
+{
+  return contract_op(r, op_write);
+}
+
+enum MHD_Result h_contract_update(struct req *r)
+{
+  return contract_op(r, op_update);
+}
+
+enum MHD_Result h_contract_download(struct req *r)
+{
+  return contract_op(r, op_download);
+}
+
+enum MHD_Result h_contract_list_dir(struct req *r)
+{
+  return contract_op(r, op_list_dir);
+}
+
+enum MHD_Result h_contract_glob(struct req *r)
+{
+  return contract_op(r, op_glob);
+}
+
+enum MHD_Result h_contract_grep(struct req *r)
+{
+  return contract_op(r, op_grep);
+}
+
+enum MHD_Result h_contract_acquire(struct req *r)
 {
   enum MHD_Result ret;
-  json_t *body = contract_body(r, &ret);
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_CONTRACT, SBXD_WANT_OBJECT, &ret);
   if (body == NULL)
     return ret;
   json_t *user = json_object_get(body, "user"), *thread = json_object_get(body, "thread");
-  if (!opt_type(user, JSON_STRING) || !opt_type(thread, JSON_STRING)) {
-    json_decref(body);
+  if (!opt_type(user, JSON_STRING) || !opt_type(thread, JSON_STRING))
     return invalid(r, "user and thread must be strings");
-  }
   sbx_error_t err = NULL;
   sbxd_scope_lock(true);
-  sbx_sandbox_t *sb = sbx_acquire(g.p, json_string_value(user), json_string_value(thread), &err);
-  json_decref(body);
+  sbx_sandbox_t *sb = sbx_acquire(srv.p, json_string_value(user), json_string_value(thread), &err);
   if (sb == NULL) {
     sbxd_scope_lock(false);
     return sbxd_lib_error(r, &err);
@@ -371,51 +378,19 @@ static enum MHD_Result h_acquire(struct req *r)
   return ret;
 }
 
-static enum MHD_Result h_release(struct req *r)
+enum MHD_Result h_contract_release(struct req *r)
 {
   enum MHD_Result ret;
-  json_t *body = contract_body(r, &ret);
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_CONTRACT, SBXD_WANT_OBJECT, &ret);
   if (body == NULL)
     return ret;
   const char *id = json_string_value(json_object_get(body, "sandbox_id"));
-  if (id == NULL) {
-    json_decref(body);
+  if (id == NULL)
     return invalid(r, "sandbox_id must be a string");
-  }
-  struct box *b = box_get(id);
-  if (b == NULL || b->kind != BOX_SCOPE) {
-    ret = sbxd_error(r, 404, "SBX::NOT_FOUND", "no acquired sandbox %s", id);
-    box_put(b);
-    json_decref(body);
-    return ret;
-  }
-  json_decref(body);
+  struct box *b = box_get_kind(id, BOX_SCOPE);
+  if (b == NULL)
+    return sbxd_error(r, 404, "SBX::NOT_FOUND", "no acquired sandbox %s", id);
   box_remove(b, "released", NULL);
   box_put(b);
   return sbxd_empty(r, 204);
-}
-
-enum MHD_Result sbxd_contract(struct req *r, sbx_strv_t *seg)
-{
-  size_t base = seg->n > 0 && strcmp(seg->v[0], "v1") == 0 ? 1 : 0;
-  size_t n = seg->n - base;
-  char **s = seg->v + base;
-  req_fn fn = NULL;
-  if (n == 2 && strcmp(s[0], "contract") == 0 && strcmp(s[1], "acquire") == 0)
-    fn = h_acquire;
-  else if (n == 2 && strcmp(s[0], "contract") == 0 && strcmp(s[1], "release") == 0)
-    fn = h_release;
-  else if (n == 4 && strcmp(s[0], "sandboxes") == 0) {
-    for (size_t i = 0; i < ARRAY_SIZE(ops) && fn == NULL; i++)
-      if (strcmp(ops[i].name, s[3]) == 0)
-        fn = h_op;
-  }
-  if (fn == NULL)
-    return sbxd_error(r, 404, "GENERAL::NOT_FOUND", "Not Found: %s %s", r->method, r->url);
-  if (strcmp(r->method, "POST") != 0)
-    return sbxd_error(r, 405, "GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed: %s %s", r->method,
-                      r->url);
-  r->done = fn;
-  r->body_max = SBXD_BODY_CONTRACT;
-  return MHD_YES;
 }

@@ -2,15 +2,14 @@
  * renew, metadata, endpoints. Validation follows the real server: schema errors are 422, semantic
  * ones 400 with its codes and messages; sbxd plays the role of its single-host Docker runtime, so
  * runtime errors carry the DOCKER:: codes. */
-#include "sbxd.h"
+#include "lifecycle.h"
+#include "ctx.h"
+#include "registry.h"
+#include "spares.h"
+#include "volumes.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <linux/openat2.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
 
 #define VALIDATION "SANDBOX::VALIDATION_ERROR"
@@ -38,7 +37,7 @@ static void live_load(struct live *l)
   l->infos = NULL;
   l->n = 0;
   sbx_error_t err = NULL;
-  if (sbx_list(g.p, &l->infos, &l->n, &err) < 0) {
+  if (sbx_list(srv.p, &l->infos, &l->n, &err) < 0) {
     sbxd_log(SBXD_WARN, "list sandboxes: %s", err->msg);
     sbx_error_release(&err);
   }
@@ -68,7 +67,7 @@ static const char *box_state(struct box *b, const struct live *l)
   return paused ? "Paused" : "Running";
 }
 
-json_t *sbxd_sandbox_json(struct box *b, const char *state, bool for_create)
+static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
 {
   pthread_mutex_lock(&b->lock);
   json_t *j = json_object();
@@ -170,591 +169,226 @@ static const char *host_arch(void)
   return "amd64";
 }
 
-/* ---- volumes ---- */
-
-struct volumes {
-  struct sbx_mount *m;
-  int *fds; /* the directories to mount, held open until the sandbox is made */
-  size_t n;
-  json_t *info; /* what is kept in extra */
-};
-
-static void volumes_free(struct volumes *v)
-{
-  for (size_t i = 0; i < v->n; i++) {
-    free(v->m[i].host_path);
-    free(v->m[i].container_path);
-    if (v->fds[i] >= 0)
-      close(v->fds[i]);
-  }
-  free(v->m);
-  free(v->fds);
-  json_decref(v->info);
-}
-
-/* Walks rel (relative, clean) below the directory dirfd without following any symlink. With
- * create, missing directories are made (mode 0777: a sandbox's root is an unprivileged id on the
- * host) and *out gets an O_PATH descriptor of the last one; without, the walk stops quietly at
- * the first missing one (a dry run). */
-static int walk(int dirfd, const char *rel, bool create, char **why, int *out)
-{
-  if (*rel == '\0') {
-    if (out && (*out = fcntl(dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
-      *why = xasprintf("cannot hold the directory: %s", strerror(errno));
-      return -1;
-    }
-    return 0;
-  }
-  cleanup_free char *copy = xstrdup(rel);
-  int fd = dup(dirfd);
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
-    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
-                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH};
-    int next = (int) syscall(SYS_openat2, fd, tok, &how, sizeof how);
-    if (next < 0 && errno == ENOENT && !create)
-      break;
-    if (next < 0 && errno == ENOENT) {
-      if (mkdirat(fd, tok, 0777) < 0 && errno != EEXIST) {
-        *why = xasprintf("cannot create '%s': %s", tok, strerror(errno));
-        close(fd);
-        return -1;
-      }
-      fchmodat(fd, tok, 0777, 0);
-      next = (int) syscall(SYS_openat2, fd, tok, &how, sizeof how);
-    }
-    struct stat st;
-    if (next < 0 && fstatat(fd, tok, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-      errno = ELOOP;
-    if (next < 0) {
-      *why = errno == ELOOP     ? xasprintf("'%s' is a symbolic link", tok)
-             : errno == ENOTDIR ? xasprintf("'%s' is not a directory", tok)
-                                : xasprintf("cannot open '%s': %s", tok, strerror(errno));
-      close(fd);
-      return -1;
-    }
-    close(fd);
-    fd = next;
-  }
-  if (out)
-    *out = fd;
-  else
-    close(fd);
-  return 0;
-}
-
-static bool mount_path_ok(const char *p, char **why)
-{
-  static const char *const forbidden[] = {"/proc", "/sys", "/dev", "/mnt/user-data"};
-  if (strcmp(p, "/") == 0) {
-    *why = xstrdup("must not be '/'");
-    return false;
-  }
-  for (size_t i = 0; i < ARRAY_SIZE(forbidden); i++) {
-    size_t n = strlen(forbidden[i]);
-    if (strncmp(p, forbidden[i], n) == 0 && (p[n] == '\0' || p[n] == '/')) {
-      *why = xasprintf("must not be %s or under it", forbidden[i]);
-      return false;
-    }
-  }
-  return true;
-}
-
-static bool has_dotdot(const char *p)
-{
-  for (const char *s = p; (s = strstr(s, "..")); s += 2)
-    if ((s == p || s[-1] == '/') && (s[2] == '\0' || s[2] == '/'))
-      return true;
-  return false;
-}
-
-static enum MHD_Result vol_error(struct req *r, unsigned status, const char *code, char *msg)
-{
-  enum MHD_Result ret = sbxd_error(r, status, code, "%s", msg);
-  free(msg);
-  return ret;
-}
-
-/* Validates the request's volumes and builds the bind mounts; answers and returns -1 on error. */
-static int build_volumes(struct req *r, json_t *vols, struct volumes *out, enum MHD_Result *ret)
-{
-  memset(out, 0, sizeof *out);
-  out->info = json_array();
-  if (vols == NULL)
-    return 0;
-  size_t n = json_array_size(vols);
-  out->m = xzalloc((n + 1) * sizeof *out->m);
-  out->fds = xzalloc((n + 1) * sizeof *out->fds);
-  for (size_t i = 0; i <= n; i++)
-    out->fds[i] = -1;
-  for (size_t i = 0; i < n; i++) {
-    json_t *v = json_array_get(vols, i);
-    const char *name = json_string_value(json_object_get(v, "name"));
-    const char *mp = json_string_value(json_object_get(v, "mountPath"));
-    json_t *host = opt(v, "host"), *pvc = opt(v, "pvc"), *oss = opt(v, "ossfs");
-    const char *sub = json_string_value(opt(v, "subPath"));
-    bool ro = json_is_true(json_object_get(v, "readOnly"));
-    for (size_t j = 0; j < i; j++) {
-      const char *other = json_string_value(json_object_get(json_array_get(vols, j), "name"));
-      if (strcmp(other, name) == 0) {
-        *ret = vol_error(r, 400, "VOLUME::DUPLICATE_NAME",
-                         xasprintf("Duplicate volume name '%s'. Each volume must have a unique "
-                                   "name.",
-                                   name));
-        return -1;
-      }
-    }
-    if (!sbxd_dns_label_valid(name, 63)) {
-      *ret =
-          vol_error(r, 400, "VOLUME::INVALID_NAME",
-                    *name == '\0' ? xstrdup("Volume name cannot be empty.")
-                                  : xasprintf("Volume name '%s' is not a valid DNS label. Must be "
-                                              "lowercase alphanumeric with optional hyphens.",
-                                              name));
-      return -1;
-    }
-    if (mp[0] != '/') {
-      *ret =
-          vol_error(r, 400, "VOLUME::INVALID_MOUNT_PATH",
-                    xasprintf("Mount path '%s' must be an absolute path starting with '/'.", mp));
-      return -1;
-    }
-    char *why = NULL;
-    cleanup_free char *mclean = sbxd_path_clean(mp);
-    if (has_dotdot(mp) || !mount_path_ok(mclean, &why)) {
-      char *msg = xasprintf("Mount path '%s' %s.", mp, why ? why : "must not contain '..'");
-      free(why);
-      *ret = vol_error(r, 400, "VOLUME::INVALID_MOUNT_PATH", msg);
-      return -1;
-    }
-    for (size_t j = 0; j < out->n; j++)
-      if (strcmp(out->m[j].container_path, mclean) == 0) {
-        *ret = vol_error(r, 400, "VOLUME::INVALID_MOUNT_PATH",
-                         xasprintf("Mount path '%s' is used by two volumes.", mp));
-        return -1;
-      }
-    if (sub && *sub) {
-      if (sub[0] == '/') {
-        *ret = vol_error(r, 400, "VOLUME::INVALID_SUB_PATH",
-                         xasprintf("SubPath '%s' must be a relative path, not absolute.", sub));
-        return -1;
-      }
-      if (has_dotdot(sub)) {
-        *ret = vol_error(r, 400, "VOLUME::INVALID_SUB_PATH",
-                         xasprintf("SubPath '%s' contains path traversal '..' which is not "
-                                   "allowed.",
-                                   sub));
-        return -1;
-      }
-    }
-    int backends = (host != NULL) + (pvc != NULL) + (oss != NULL);
-    if (backends != 1) {
-      *ret = vol_error(r, 400, "VOLUME::INVALID_BACKEND",
-                       xasprintf("Volume '%s' must specify exactly one backend (host, pvc, "
-                                 "ossfs), but %s was provided.",
-                                 name, backends == 0 ? "none" : "more than one"));
-      return -1;
-    }
-    if (oss) {
-      *ret = vol_error(r, 400, "VOLUME::UNSUPPORTED_BACKEND",
-                       xasprintf("Volume '%s': the ossfs backend is not supported by sbxd.", name));
-      return -1;
-    }
-    /* The directory to mount: a folder below a configured volume root (host) or below sbxd's
-     * named-volume folder (pvc). Nothing below the root may be a symlink. */
-    cleanup_free char *root = NULL, *rel = NULL;
-    if (host) {
-      const char *hp = json_string_value(json_object_get(host, "path"));
-      if (hp == NULL || hp[0] != '/') {
-        *ret = vol_error(
-            r, 400, "VOLUME::INVALID_HOST_PATH",
-            xasprintf("Host path '%s' must be an absolute path starting with '/'.", hp ? hp : ""));
-        return -1;
-      }
-      if (has_dotdot(hp)) {
-        *ret = vol_error(r, 400, "VOLUME::INVALID_HOST_PATH",
-                         xasprintf("Host path '%s' contains path traversal component '..'.", hp));
-        return -1;
-      }
-      if (strstr(hp, "//") || (strlen(hp) > 1 && hp[strlen(hp) - 1] == '/')) {
-        *ret =
-            vol_error(r, 400, "VOLUME::INVALID_HOST_PATH",
-                      xasprintf("Host path '%s' is not normalized. Remove redundant slashes.", hp));
-        return -1;
-      }
-      for (size_t k = 0; k < g.cfg->n_volume_roots && root == NULL; k++) {
-        const char *vr = g.cfg->volume_roots[k];
-        size_t l = strlen(vr);
-        if (strcmp(vr, "/") == 0) {
-          root = xstrdup("/");
-          rel = xstrdup(hp + 1);
-        } else if (strncmp(hp, vr, l) == 0 && (hp[l] == '\0' || hp[l] == '/')) {
-          root = xstrdup(vr);
-          rel = xstrdup(hp[l] ? hp + l + 1 : "");
-        }
-      }
-      if (root == NULL) {
-        sbx_buf_t allowed = {0};
-        for (size_t k = 0; k < g.cfg->n_volume_roots; k++)
-          sbx_buf_printf(&allowed, "%s'%s'", k ? ", " : "", g.cfg->volume_roots[k]);
-        *ret = vol_error(r, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
-                         xasprintf("Host path '%s' is not under any allowed prefix. Allowed "
-                                   "prefixes: [%s] (sbxd.volume_roots)",
-                                   hp, allowed.data ? allowed.data : ""));
-        sbx_buf_free(&allowed);
-        return -1;
-      }
-    } else {
-      const char *claim = json_string_value(json_object_get(pvc, "claimName"));
-      if (!sbxd_dns_label_valid(claim, 253)) {
-        *ret = vol_error(r, 400, "VOLUME::INVALID_PVC_NAME",
-                         xasprintf("PVC claim name '%s' is not a valid Kubernetes resource "
-                                   "name.",
-                                   claim ? claim : ""));
-        return -1;
-      }
-      root = xasprintf("%s/volumes", g.home);
-      rel = xstrdup(claim);
-      json_t *cine = json_object_get(pvc, "createIfNotExists");
-      cleanup_free char *vdir = xasprintf("%s/%s", root, claim);
-      struct stat st;
-      if (json_is_false(cine) && lstat(vdir, &st) < 0) {
-        *ret = vol_error(r, 400, "VOLUME::PVC_NOT_FOUND",
-                         xasprintf("Volume '%s': named volume '%s' does not exist.", name, claim));
-        return -1;
-      }
-    }
-    char *full_rel =
-        sub && *sub ? (*rel ? xasprintf("%s/%s", rel, sub) : xstrdup(sub)) : xstrdup(rel);
-    struct sbx_mount *m = &out->m[out->n++];
-    m->host_path = xasprintf("%s\n%s", root, full_rel); /* resolved below */
-    m->container_path = xstrdup(mclean);
-    m->read_only = ro;
-    free(full_rel);
-    json_array_append_new(
-        out->info, json_pack("{s:s,s:s,s:b}", "name", name, "mountPath", mclean, "readOnly", ro));
-  }
-  /* Everything is valid: now the filesystem. A dry run first, so that a symlink in one volume
-   * leaves no directory created for another. */
-  for (int create = 0; create < 2; create++) {
-    for (size_t i = 0; i < out->n; i++) {
-      struct sbx_mount *m = &out->m[i];
-      const char *name = json_string_value(json_object_get(json_array_get(vols, i), "name"));
-      char *nl = strchr(m->host_path, '\n');
-      cleanup_free char *root = xstrndup(m->host_path, (size_t) (nl - m->host_path));
-      cleanup_free char *clean_rel = sbxd_path_clean(*(nl + 1) ? nl + 1 : "/");
-      bool named =
-          sbx_str_has_prefix(root, g.home) && strcmp(root + strlen(g.home), "/volumes") == 0;
-      if (create && named && mkdir(root, 0711) < 0 && errno != EEXIST) {
-        *ret = vol_error(r, 500, "VOLUME::HOST_PATH_CREATE_FAILED",
-                         xasprintf("cannot create '%s': %s", root, strerror(errno)));
-        return -1;
-      }
-      char real_root[PATH_MAX];
-      if (realpath(root, real_root) == NULL) {
-        if (named && !create)
-          continue; /* made in the second pass */
-        *ret =
-            vol_error(r, 400, "VOLUME::HOST_PATH_NOT_FOUND",
-                      xasprintf("Volume '%s': the volume root '%s' does not exist.", name, root));
-        return -1;
-      }
-      char *why = NULL;
-      cleanup_close int rootfd = open(real_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (rootfd < 0 ||
-          walk(rootfd, clean_rel + 1, create, &why, create ? &out->fds[i] : NULL) < 0) {
-        char *msg = xasprintf("Volume '%s': %s", name, why ? why : strerror(errno));
-        free(why);
-        *ret = vol_error(r, 400, "VOLUME::INVALID_HOST_PATH", msg);
-        return -1;
-      }
-      if (create) {
-        char *src =
-            strcmp(clean_rel, "/") == 0
-                ? xstrdup(real_root)
-                : xasprintf("%s%s", strcmp(real_root, "/") == 0 ? "" : real_root, clean_rel);
-        free(m->host_path);
-        m->host_path = src;
-        json_object_set_new(json_array_get(out->info, i), "source", json_string(src));
-      }
-    }
-  }
-  return 0;
-}
-
-/* Once the sandbox is made: the launcher mounted each host directory by its path, resolved
- * again, so a sandbox that can write to a folder on that path could have swapped a component for
- * a symlink (to the host's /) after the walk. Each mount must be the directory the walk holds
- * (same device and inode), seen through the new sandbox's root; a mount hidden under a later
- * volume is unreachable and skipped. Nothing runs in the sandbox yet. */
-static int volumes_verify(const char *id, const struct volumes *vs, char **why)
-{
-  if (vs->n == 0)
-    return 0;
-  struct sbx_sandbox_info *infos = NULL;
-  size_t n = 0;
-  long pid = 0;
-  sbx_error_t err = NULL;
-  if (sbx_list(g.p, &infos, &n, &err) < 0) {
-    *why = xasprintf("cannot find the sandbox: %s", err->msg);
-    sbx_error_release(&err);
-    return -1;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(infos[i].id, id) == 0)
-      pid = infos[i].pid;
-  sbx_sandbox_info_free(infos, n);
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/%ld/root", pid);
-  cleanup_close int root = pid > 0 ? open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-  if (root < 0) {
-    *why = xasprintf("cannot see the sandbox's root: %s", pid > 0 ? strerror(errno) : "no pid");
-    return -1;
-  }
-  for (size_t i = 0; i < vs->n; i++) {
-    const char *cp = vs->m[i].container_path;
-    bool hidden = false;
-    for (size_t j = i + 1; j < vs->n && !hidden; j++) {
-      const char *later = vs->m[j].container_path;
-      size_t l = strlen(later);
-      hidden = strncmp(cp, later, l) == 0 && cp[l] == '/';
-    }
-    if (hidden)
-      continue;
-    /* resolved as the launcher did (only the launcher has written in this root yet) */
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    cleanup_close int fd = (int) syscall(SYS_openat2, root, cp, &how, sizeof how);
-    struct stat want, got;
-    if (fd < 0 || fstat(fd, &got) < 0 || fstat(vs->fds[i], &want) < 0 ||
-        got.st_dev != want.st_dev || got.st_ino != want.st_ino) {
-      *why = xasprintf("the host directory of the volume at '%s' changed while it was mounted", cp);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 /* ---- create ---- */
 
 static const char *resolve_image(const char *uri)
 {
   if (strcmp(uri, "host") == 0)
     return "host";
-  for (size_t i = 0; i < g.cfg->n_images; i++)
-    if (strcmp(g.cfg->images[i].name, uri) == 0)
-      return g.cfg->images[i].target;
+  for (size_t i = 0; i < srv.cfg->n_images; i++)
+    if (strcmp(srv.cfg->images[i].name, uri) == 0)
+      return srv.cfg->images[i].target;
   return NULL;
 }
 
-static enum MHD_Result h_create(struct req *r)
+/* What a create request asks for, its members borrowed from the body. */
+struct create {
+  json_t *image, *snap, *entry, *timeout, *limits, *env, *md, *platform, *netpol, *cred, *vols,
+      *ext, *secure;
+  int64_t tmo;        /* seconds (when timeout) */
+  const char *uri;    /* image.uri */
+  const char *target; /* the image sbx makes it from */
+  double cpus;
+  uint64_t memory;
+  sbx_strv_t envv; /* "KEY=VALUE" */
+};
+
+static void create_members(struct create *c, json_t *body)
 {
-  enum MHD_Result ret;
-  json_t *body = sbxd_body_json(r, 422, VALIDATION, &ret);
-  if (body == NULL)
-    return ret;
-  const char *bad = NULL;
-  json_t *image = opt(body, "image"), *snap = opt(body, "snapshotId");
-  json_t *entry = opt(body, "entrypoint"), *timeout = opt(body, "timeout");
-  json_t *limits = opt(body, "resourceLimits"), *env = opt(body, "env");
-  json_t *md = opt(body, "metadata"), *platform = opt(body, "platform");
-  json_t *netpol = opt(body, "networkPolicy"), *cred = opt(body, "credentialProxy");
-  json_t *vols = opt(body, "volumes"), *ext = opt(body, "extensions");
-  json_t *secure = opt(body, "secureAccess");
-  int64_t tmo = 0;
+  c->image = opt(body, "image");
+  c->snap = opt(body, "snapshotId");
+  c->entry = opt(body, "entrypoint");
+  c->timeout = opt(body, "timeout");
+  c->limits = opt(body, "resourceLimits");
+  c->env = opt(body, "env");
+  c->md = opt(body, "metadata");
+  c->platform = opt(body, "platform");
+  c->netpol = opt(body, "networkPolicy");
+  c->cred = opt(body, "credentialProxy");
+  c->vols = opt(body, "volumes");
+  c->ext = opt(body, "extensions");
+  c->secure = opt(body, "secureAccess");
+}
+
+/* The request's shape (422, as the real server's schema): the message, or NULL. */
+static const char *create_schema(json_t *body, struct create *c)
+{
+  json_t *image = c->image, *snap = c->snap, *entry = c->entry, *limits = c->limits;
+  json_t *ext = c->ext, *platform = c->platform, *cred = c->cred, *netpol = c->netpol;
   if (!json_is_object(body))
-    bad = "body: Input should be a valid dictionary";
-  else if ((image != NULL) == (snap != NULL))
-    bad = "body: exactly one of image or snapshotId must be provided";
-  else if (image && (!json_is_object(image) || !json_is_string(json_object_get(image, "uri"))))
-    bad = "body.image.uri: Field required (a string)";
-  else if (snap && !json_is_string(snap))
-    bad = "body.snapshotId: Input should be a valid string";
-  else if (image && entry == NULL)
-    bad = "body.entrypoint: Field required when image is given";
-  else if (entry && (!json_is_array(entry) || json_array_size(entry) == 0))
-    bad = "body.entrypoint: List should have at least 1 item";
-  else if (ext && !string_map(ext, false))
-    bad = "body.extensions: Input should be a map of strings";
-  else if (limits == NULL && !(ext && json_object_get(ext, "poolRef")))
-    bad = "body.resourceLimits: Field required";
-  else if (limits && !string_map(limits, false))
-    bad = "body.resourceLimits: Input should be a map of strings";
-  else if (env && !string_map(env, true))
-    bad = "body.env: Input should be a map of strings";
-  else if (md && !string_map(md, false))
-    bad = "body.metadata: Input should be a map of strings";
-  else if (platform && (!json_is_string(json_object_get(platform, "os")) ||
-                        !json_is_string(json_object_get(platform, "arch"))))
-    bad = "body.platform: os and arch are required strings";
-  else if (secure && !json_is_boolean(secure))
-    bad = "body.secureAccess: Input should be a valid boolean";
-  else if (cred && (!json_is_object(cred) || (json_object_get(cred, "enabled") &&
-                                              !json_is_boolean(json_object_get(cred, "enabled")))))
-    bad = "body.credentialProxy: Input should be an object with a boolean 'enabled'";
-  else if (netpol &&
-           (!json_is_object(netpol) ||
-            (opt(netpol, "defaultAction") && !json_is_string(opt(netpol, "defaultAction"))) ||
-            (opt(netpol, "egress") && !json_is_array(opt(netpol, "egress")))))
-    bad = "body.networkPolicy: Input should be {defaultAction?: string, egress?: list}";
-  else if (vols && !json_is_array(vols))
-    bad = "body.volumes: Input should be a valid list";
-  if (bad == NULL && entry) {
-    for (size_t i = 0; i < json_array_size(entry) && !bad; i++)
-      if (!json_is_string(json_array_get(entry, i)))
-        bad = "body.entrypoint: items should be strings";
-  }
-  if (bad == NULL && timeout) {
-    double d = json_is_real(timeout) ? json_real_value(timeout) : 0;
-    if (json_is_integer(timeout))
-      tmo = (int64_t) json_integer_value(timeout);
-    else if (json_is_real(timeout) && d == (double) (int64_t) d)
-      tmo = (int64_t) d;
+    return "body: Input should be a valid dictionary";
+  if ((image != NULL) == (snap != NULL))
+    return "body: exactly one of image or snapshotId must be provided";
+  if (image && (!json_is_object(image) || !json_is_string(json_object_get(image, "uri"))))
+    return "body.image.uri: Field required (a string)";
+  if (snap && !json_is_string(snap))
+    return "body.snapshotId: Input should be a valid string";
+  if (image && entry == NULL)
+    return "body.entrypoint: Field required when image is given";
+  if (entry && (!json_is_array(entry) || json_array_size(entry) == 0))
+    return "body.entrypoint: List should have at least 1 item";
+  if (ext && !string_map(ext, false))
+    return "body.extensions: Input should be a map of strings";
+  if (limits == NULL && !(ext && json_object_get(ext, "poolRef")))
+    return "body.resourceLimits: Field required";
+  if (limits && !string_map(limits, false))
+    return "body.resourceLimits: Input should be a map of strings";
+  if (c->env && !string_map(c->env, true))
+    return "body.env: Input should be a map of strings";
+  if (c->md && !string_map(c->md, false))
+    return "body.metadata: Input should be a map of strings";
+  if (platform && (!json_is_string(json_object_get(platform, "os")) ||
+                   !json_is_string(json_object_get(platform, "arch"))))
+    return "body.platform: os and arch are required strings";
+  if (c->secure && !json_is_boolean(c->secure))
+    return "body.secureAccess: Input should be a valid boolean";
+  if (cred && (!json_is_object(cred) || (json_object_get(cred, "enabled") &&
+                                         !json_is_boolean(json_object_get(cred, "enabled")))))
+    return "body.credentialProxy: Input should be an object with a boolean 'enabled'";
+  if (netpol && (!json_is_object(netpol) ||
+                 (opt(netpol, "defaultAction") && !json_is_string(opt(netpol, "defaultAction"))) ||
+                 (opt(netpol, "egress") && !json_is_array(opt(netpol, "egress")))))
+    return "body.networkPolicy: Input should be {defaultAction?: string, egress?: list}";
+  if (c->vols && !json_is_array(c->vols))
+    return "body.volumes: Input should be a valid list";
+  for (size_t i = 0; entry && i < json_array_size(entry); i++)
+    if (!json_is_string(json_array_get(entry, i)))
+      return "body.entrypoint: items should be strings";
+  if (c->timeout) {
+    json_t *t = c->timeout;
+    double d = json_is_real(t) ? json_real_value(t) : 0;
+    if (json_is_integer(t))
+      c->tmo = (int64_t) json_integer_value(t);
+    else if (json_is_real(t) && d == (double) (int64_t) d)
+      c->tmo = (int64_t) d;
     else
-      bad = "body.timeout: Input should be a valid integer";
-    if (!bad && tmo < 60)
-      bad = "body.timeout: Input should be greater than or equal to 60";
+      return "body.timeout: Input should be a valid integer";
+    if (c->tmo < 60)
+      return "body.timeout: Input should be greater than or equal to 60";
   }
-  for (size_t i = 0; bad == NULL && vols && i < json_array_size(vols); i++) {
-    json_t *v = json_array_get(vols, i);
+  for (size_t i = 0; c->vols && i < json_array_size(c->vols); i++) {
+    json_t *v = json_array_get(c->vols, i);
     if (!json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
         !json_is_string(json_object_get(v, "mountPath")))
-      bad = "body.volumes: each volume needs a string name and mountPath";
-    else if ((opt(v, "readOnly") && !json_is_boolean(opt(v, "readOnly"))) ||
-             (opt(v, "subPath") && !json_is_string(opt(v, "subPath"))) ||
-             (opt(v, "host") && !json_is_string(json_object_get(opt(v, "host"), "path"))) ||
-             (opt(v, "pvc") && !json_is_string(json_object_get(opt(v, "pvc"), "claimName"))))
-      bad = "body.volumes: host needs a string path, pvc a string claimName";
+      return "body.volumes: each volume needs a string name and mountPath";
+    if ((opt(v, "readOnly") && !json_is_boolean(opt(v, "readOnly"))) ||
+        (opt(v, "subPath") && !json_is_string(opt(v, "subPath"))) ||
+        (opt(v, "host") && !json_is_string(json_object_get(opt(v, "host"), "path"))) ||
+        (opt(v, "pvc") && !json_is_string(json_object_get(opt(v, "pvc"), "claimName"))))
+      return "body.volumes: host needs a string path, pvc a string claimName";
   }
-  if (bad) {
-    json_decref(body);
-    return sbxd_error(r, 422, VALIDATION, "%s", bad);
-  }
+  return NULL;
+}
 
-  /* semantic checks (400) */
-  char *msg = NULL;
+/* What sbxd cannot give: the code, with *msg (malloc'ed), or NULL. */
+static const char *create_unsupported(struct create *c, char **msg)
+{
   const char *code = NULL;
-  unsigned status = 400;
-  const char *uri = image ? json_string_value(json_object_get(image, "uri")) : NULL;
-  const char *target = NULL;
-  if (snap) {
-    code = NOT_SUPPORTED;
-    msg = xstrdup("Snapshots are not supported by sbxd.");
-  } else if (ext && json_object_get(ext, "poolRef")) {
-    code = "SANDBOX::UNSUPPORTED_POOL_REF";
-    msg = xstrdup("poolRef is not supported by sbxd (a single-host runtime).");
-  } else if (timeout && g.cfg->max_sandbox_timeout > 0 && tmo > g.cfg->max_sandbox_timeout) {
-    code = INVALID_PARAMETER;
-    msg = xasprintf("Sandbox timeout %llds exceeds configured maximum of %llds.", (long long) tmo,
-                    (long long) g.cfg->max_sandbox_timeout);
-  } else if (md && (code = metadata_error(md, &msg)) != NULL) {
-    /* message set */
-  } else if ((target = resolve_image(uri)) == NULL) {
-    code = "SANDBOX::IMAGE_NOT_FOUND";
+  if (c->snap) {
+    *msg = xstrdup("Snapshots are not supported by sbxd.");
+    return NOT_SUPPORTED;
+  }
+  if (c->ext && json_object_get(c->ext, "poolRef")) {
+    *msg = xstrdup("poolRef is not supported by sbxd (a single-host runtime).");
+    return "SANDBOX::UNSUPPORTED_POOL_REF";
+  }
+  if (c->timeout && srv.cfg->max_sandbox_timeout > 0 && c->tmo > srv.cfg->max_sandbox_timeout) {
+    *msg = xasprintf("Sandbox timeout %llds exceeds configured maximum of %llds.",
+                     (long long) c->tmo, (long long) srv.cfg->max_sandbox_timeout);
+    return INVALID_PARAMETER;
+  }
+  if (c->md && (code = metadata_error(c->md, msg)) != NULL)
+    return code;
+  c->uri = json_string_value(json_object_get(c->image, "uri"));
+  if ((c->target = resolve_image(c->uri)) == NULL) {
     sbx_buf_t known = {0};
     sbx_buf_puts(&known, "host");
-    for (size_t i = 0; i < g.cfg->n_images; i++)
-      sbx_buf_printf(&known, ", %s", g.cfg->images[i].name);
-    msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); declare it under "
-                    "sbxd.images in the configuration.",
-                    uri, known.data);
+    for (size_t i = 0; i < srv.cfg->n_images; i++)
+      sbx_buf_printf(&known, ", %s", srv.cfg->images[i].name);
+    *msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); declare it under "
+                     "sbxd.images in the configuration.",
+                     c->uri, known.data);
     sbx_buf_free(&known);
-  } else if (platform) {
-    const char *os = json_string_value(json_object_get(platform, "os"));
-    const char *arch = json_string_value(json_object_get(platform, "arch"));
-    if (strcasecmp(os, "linux") != 0 && strcasecmp(os, "windows") != 0) {
-      code = INVALID_PARAMETER;
-      msg = xasprintf("Unsupported platform.os '%s'. Supported values: ['linux', 'windows'].", os);
-    } else if (strcasecmp(arch, "amd64") != 0 && strcasecmp(arch, "arm64") != 0) {
-      code = INVALID_PARAMETER;
-      msg =
-          xasprintf("Unsupported platform.arch '%s'. Supported values: ['amd64', 'arm64'].", arch);
-    } else if (strcasecmp(os, "linux") != 0 || strcasecmp(arch, host_arch()) != 0) {
-      code = INVALID_PARAMETER;
-      msg = xasprintf("Platform %s/%s is not available: sbxd runs linux/%s sandboxes.", os, arch,
-                      host_arch());
-    }
+    return "SANDBOX::IMAGE_NOT_FOUND";
   }
-  if (code == NULL && netpol) {
-    const char *def = json_string_value(opt(netpol, "defaultAction"));
-    size_t rules = json_array_size(opt(netpol, "egress"));
-    bool host_net = g.cfg->network && strcmp(g.cfg->network, "host") == 0;
+  if (c->platform) {
+    const char *os = json_string_value(json_object_get(c->platform, "os"));
+    const char *arch = json_string_value(json_object_get(c->platform, "arch"));
+    if (strcasecmp(os, "linux") != 0 && strcasecmp(os, "windows") != 0)
+      *msg = xasprintf("Unsupported platform.os '%s'. Supported values: ['linux', 'windows'].", os);
+    else if (strcasecmp(arch, "amd64") != 0 && strcasecmp(arch, "arm64") != 0)
+      *msg =
+          xasprintf("Unsupported platform.arch '%s'. Supported values: ['amd64', 'arm64'].", arch);
+    else if (strcasecmp(os, "linux") != 0 || strcasecmp(arch, host_arch()) != 0)
+      *msg = xasprintf("Platform %s/%s is not available: sbxd runs linux/%s sandboxes.", os, arch,
+                       host_arch());
+    if (*msg)
+      return INVALID_PARAMETER;
+  }
+  if (c->netpol) {
+    const char *def = json_string_value(opt(c->netpol, "defaultAction"));
+    size_t rules = json_array_size(opt(c->netpol, "egress"));
+    bool host_net = srv.cfg->network && strcmp(srv.cfg->network, "host") == 0;
     bool ok = host_net ? (def && strcmp(def, "allow") == 0 && rules == 0)
                        : ((def == NULL || strcmp(def, "deny") == 0) && rules == 0);
     if (!ok) {
-      code = NOT_SUPPORTED;
-      msg = xasprintf("networkPolicy is not supported beyond the configured network: sandboxes %s "
-                      "(sandbox.network: %s), so only {\"defaultAction\": \"%s\"} with no egress "
-                      "rules is accepted.",
-                      host_net ? "share the host's network" : "have no network access",
-                      host_net ? "host" : "none", host_net ? "allow" : "deny");
+      *msg = xasprintf("networkPolicy is not supported beyond the configured network: sandboxes "
+                       "%s (sandbox.network: %s), so only {\"defaultAction\": \"%s\"} with no "
+                       "egress rules is accepted.",
+                       host_net ? "share the host's network" : "have no network access",
+                       host_net ? "host" : "none", host_net ? "allow" : "deny");
+      return NOT_SUPPORTED;
     }
   }
-  if (code == NULL && cred && json_is_true(json_object_get(cred, "enabled"))) {
-    code = NOT_SUPPORTED;
-    msg = xstrdup("credentialProxy is not supported by sbxd.");
+  if (c->cred && json_is_true(json_object_get(c->cred, "enabled"))) {
+    *msg = xstrdup("credentialProxy is not supported by sbxd.");
+    return NOT_SUPPORTED;
   }
-  double cpus = 0;
-  uint64_t memory = 0;
+  return NULL;
+}
+
+/* resourceLimits and env into c->cpus, c->memory, c->envv: the code, with *msg, or NULL. */
+static const char *create_limits_env(struct create *c, char **msg)
+{
   const char *k;
   json_t *v;
-  if (code == NULL && limits) {
-    json_object_foreach(limits, k, v)
-    {
-      const char *s = json_string_value(v);
-      if (strcmp(k, "cpu") == 0 && sbxd_parse_cpu(s, &cpus) < 0) {
-        code = INVALID_PARAMETER;
-        msg = xasprintf("Invalid resourceLimits.cpu '%s': expected a positive number of CPUs or "
-                        "millicores (e.g. '1', '0.5', '500m').",
-                        s);
-        break;
-      }
-      if (strcmp(k, "memory") == 0 && (sbxd_parse_memory(s, &memory) < 0 || memory == 0)) {
-        code = INVALID_PARAMETER;
-        msg = xasprintf("Invalid resourceLimits.memory '%s': expected a size such as '512Mi', "
-                        "'2Gi' or '1G'.",
-                        s);
-        break;
-      }
-      if (strcmp(k, "gpu") == 0 && strcmp(s, "0") != 0 && *s != '\0') {
-        code = INVALID_PARAMETER;
-        msg = xasprintf("resourceLimits.gpu '%s' cannot be satisfied: sbxd has no GPUs.", s);
-        break;
-      }
+  json_object_foreach(c->limits, k, v)
+  {
+    const char *s = json_string_value(v);
+    if (strcmp(k, "cpu") == 0 && sbxd_parse_cpu(s, &c->cpus) < 0) {
+      *msg = xasprintf("Invalid resourceLimits.cpu '%s': expected a positive number of CPUs or "
+                       "millicores (e.g. '1', '0.5', '500m').",
+                       s);
+      return INVALID_PARAMETER;
+    }
+    if (strcmp(k, "memory") == 0 && (sbxd_parse_memory(s, &c->memory) < 0 || c->memory == 0)) {
+      *msg = xasprintf("Invalid resourceLimits.memory '%s': expected a size such as '512Mi', "
+                       "'2Gi' or '1G'.",
+                       s);
+      return INVALID_PARAMETER;
+    }
+    if (strcmp(k, "gpu") == 0 && strcmp(s, "0") != 0 && *s != '\0') {
+      *msg = xasprintf("resourceLimits.gpu '%s' cannot be satisfied: sbxd has no GPUs.", s);
+      return INVALID_PARAMETER;
     }
   }
-  sbx_strv_t envv = {0};
-  if (code == NULL && env) {
-    json_object_foreach(env, k, v)
-    {
-      if (!sbx_env_key_valid(k, strlen(k))) {
-        code = INVALID_PARAMETER;
-        msg = xasprintf("env key '%s' is not a valid environment variable name (must match "
-                        "^[A-Za-z_][A-Za-z0-9_]*$).",
-                        k);
-        break;
-      }
-      if (json_is_string(v))
-        sbx_strv_push_owned(&envv, xasprintf("%s=%s", k, json_string_value(v)));
+  json_object_foreach(c->env, k, v)
+  {
+    if (!sbx_env_key_valid(k, strlen(k))) {
+      *msg = xasprintf("env key '%s' is not a valid environment variable name (must match "
+                       "^[A-Za-z_][A-Za-z0-9_]*$).",
+                       k);
+      return INVALID_PARAMETER;
     }
+    if (json_is_string(v))
+      sbx_strv_push_owned(&c->envv, xasprintf("%s=%s", k, json_string_value(v)));
   }
-  struct volumes vs = {0};
-  if (code == NULL && build_volumes(r, vols, &vs, &ret) < 0) {
-    volumes_free(&vs);
-    sbx_strv_free(&envv);
-    json_decref(body);
-    return ret;
-  }
-  if (code) {
-    ret = sbxd_error(r, status, code, "%s", msg);
-    free(msg);
-    volumes_free(&vs);
-    sbx_strv_free(&envv);
-    json_decref(body);
-    return ret;
-  }
+  return NULL;
+}
 
-  /* what sbxd keeps with the sandbox */
+/* What sbxd keeps with the sandbox (its extra JSON). */
+static json_t *create_extra(const struct create *c, const struct volumes *vs)
+{
   int64_t now = sbxd_now_ms();
   char token[65];
   sbx_random_hex(token, 64);
@@ -763,83 +397,85 @@ static enum MHD_Result h_create(struct req *r)
   json_object_set_new(extra, "sbxd", json_integer(1));
   json_object_set_new(extra, "token", json_string(token));
   json_object_set_new(extra, "createdAt", json_integer(now));
-  if (timeout)
-    json_object_set_new(extra, "expiresAt", json_integer(now + tmo * 1000));
-  json_object_set_new(extra, "image", json_string(uri));
-  json_object_set(extra, "entrypoint", entry);
-  if (md)
-    json_object_set(extra, "metadata", md);
-  if (platform)
+  if (c->timeout)
+    json_object_set_new(extra, "expiresAt", json_integer(now + c->tmo * 1000));
+  json_object_set_new(extra, "image", json_string(c->uri));
+  json_object_set(extra, "entrypoint", c->entry);
+  if (c->md)
+    json_object_set(extra, "metadata", c->md);
+  if (c->platform)
     json_object_set_new(extra, "platform",
                         json_pack("{s:s,s:s}", "os", "linux", "arch", host_arch()));
-  if (json_array_size(vs.info))
-    json_object_set(extra, "volumes", vs.info);
-  cleanup_free char *extra_s = json_dumps(extra, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (json_array_size(vs->info))
+    json_object_set(extra, "volumes", vs->info);
+  return extra;
+}
 
-  struct sbx_create_opts o = {.image = target,
-                              .env = (const char *const *) envv.v,
-                              .n_env = envv.n,
-                              .memory_bytes = memory,
-                              .cpus = cpus,
-                              .mounts = vs.m,
-                              .n_mounts = vs.n,
+/* Makes the sandbox (sbx_create), checks its volumes and registers its box; answers and
+ * returns NULL on failure. Takes extra. */
+static struct box *create_sandbox(struct req *r, const struct create *c, struct volumes *vs,
+                                  json_t *extra, enum MHD_Result *ret)
+{
+  cleanup_free char *extra_s = json_dumps(extra, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  struct sbx_create_opts o = {.image = c->target,
+                              .env = (const char *const *) c->envv.v,
+                              .n_env = c->envv.n,
+                              .memory_bytes = c->memory,
+                              .cpus = c->cpus,
+                              .mounts = vs->m,
+                              .n_mounts = vs->n,
                               .extra = extra_s};
   sbx_error_t err = NULL;
-  sbx_sandbox_t *sb = sbx_create(g.p, &o, &err);
-  if (sb && g.cfg->spares > 0)
+  sbx_sandbox_t *sb = sbx_create(srv.p, &o, &err);
+  if (sb && srv.cfg->spares > 0)
     sbxd_spares_kick(); /* it may have taken one */
-  sbx_strv_free(&envv);
-  char *why = NULL;
-  if (sb && volumes_verify(sbx_sandbox_id(sb), &vs, &why) < 0) {
-    volumes_free(&vs);
+  cleanup_free char *why = NULL;
+  if (sb && volumes_verify(sbx_sandbox_id(sb), vs, &why) < 0) {
     struct box *b = box_add(sb, BOX_MANAGED, extra);
     box_remove(b, "volume_changed", NULL);
     box_put(b);
-    json_decref(body);
-    ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH", "%s", why);
-    free(why);
-    return ret;
+    *ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH", "%s", why);
+    return NULL;
   }
-  size_t n_volumes = vs.n;
-  volumes_free(&vs);
   if (sb == NULL) {
     json_decref(extra);
-    json_decref(body);
     int kind = err->kind;
-    if (n_volumes && err->status == ELOOP) {
+    if (vs->n && err->status == ELOOP)
       /* the launcher follows no symlink to a volume: one appeared on a path sbxd had walked */
-      ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH",
-                       "the host directory of a volume changed while it was mounted: %s", err->msg);
-      sbx_error_release(&err);
-      return ret;
-    }
-    ret = sbxd_error(r, kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? 400 : 500,
+      *ret =
+          sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH",
+                     "the host directory of a volume changed while it was mounted: %s", err->msg);
+    else
+      *ret =
+          sbxd_error(r, kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? 400 : 500,
                      kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? INVALID_PARAMETER
                                                                    : "DOCKER::SANDBOX_START_FAILED",
                      "%s", err->msg);
     sbx_error_release(&err);
-    return ret;
+    return NULL;
   }
-  struct box *b = box_add(sb, BOX_MANAGED, extra);
+  return box_add(sb, BOX_MANAGED, extra);
+}
 
-  /* the entrypoint runs in the background, like a container's main process */
+/* Starts the entrypoint in the background, like a container's main process, and records its
+ * id; answers and removes the box on failure. */
+static int create_entrypoint(struct req *r, struct box *b, json_t *entry, enum MHD_Result *ret)
+{
   size_t n_ep = json_array_size(entry);
-  const char **argv = xzalloc((n_ep + 1) * sizeof *argv);
+  cleanup_free const char **argv = xzalloc((n_ep + 1) * sizeof *argv);
   for (size_t i = 0; i < n_ep; i++)
     argv[i] = json_string_value(json_array_get(entry, i));
   char ep_id[65] = "";
   struct sbx_exec_opts eo = {.argv = argv, .background = true, .id_out = ep_id, .cwd = "/"};
   struct sbx_exec_result res;
-  int rc = sbx_execute_command(sb, NULL, &eo, &res, &err);
+  sbx_error_t err = NULL;
+  int rc = sbx_execute_command(b->sb, NULL, &eo, &res, &err);
   sbx_exec_result_free(&res);
-  free(argv);
   if (rc < 0) {
-    ret = sbxd_error(r, 500, "DOCKER::SANDBOX_START_FAILED", "start the entrypoint: %s", err->msg);
+    *ret = sbxd_error(r, 500, "DOCKER::SANDBOX_START_FAILED", "start the entrypoint: %s", err->msg);
     sbx_error_release(&err);
     box_remove(b, "entrypoint_failed", NULL);
-    box_put(b);
-    json_decref(body);
-    return ret;
+    return -1;
   }
   pthread_mutex_lock(&b->lock);
   json_object_set_new(b->extra, "entrypointId", json_string(ep_id));
@@ -848,45 +484,69 @@ static enum MHD_Result h_create(struct req *r)
     sbx_error_release(&err);
   }
   pthread_mutex_unlock(&b->lock);
+  return 0;
+}
+
+/* POST /sandboxes: the schema (422), what sbxd cannot give (400), the volumes, then the
+ * sandbox and its entrypoint. */
+enum MHD_Result h_sandbox_create(struct req *r)
+{
+  enum MHD_Result ret;
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_LIFECYCLE, SBXD_WANT_ANY, &ret);
+  if (body == NULL)
+    return ret;
+  struct create c = {0};
+  create_members(&c, body);
+  const char *bad = create_schema(body, &c);
+  if (bad)
+    return sbxd_error(r, 422, VALIDATION, "%s", bad);
+  cleanup_free char *msg = NULL;
+  const char *code = create_unsupported(&c, &msg);
+  if (code == NULL)
+    code = create_limits_env(&c, &msg);
+  if (code) {
+    sbx_strv_free(&c.envv);
+    return sbxd_error(r, 400, code, "%s", msg);
+  }
+  struct volumes vs;
+  struct volume_error ve = {0};
+  if (volumes_build(c.vols, &vs, &ve) < 0) {
+    ret = sbxd_error(r, ve.status, ve.code, "%s", ve.msg);
+    free(ve.msg);
+    volumes_free(&vs);
+    sbx_strv_free(&c.envv);
+    return ret;
+  }
+  struct box *b = create_sandbox(r, &c, &vs, create_extra(&c, &vs), &ret);
+  volumes_free(&vs);
+  sbx_strv_free(&c.envv);
+  if (b == NULL)
+    return ret;
+  if (create_entrypoint(r, b, c.entry, &ret) < 0) {
+    box_put(b);
+    return ret;
+  }
   sbxd_expiry_kick();
   sbxd_log_json(SBXD_INFO, "sandbox created",
                 json_pack("{s:s,s:s,s:s,s:I}", "request_id", r->rid, "sandbox_id", b->id, "image",
-                          uri, "timeout", (json_int_t) tmo));
-  json_decref(body);
-  ret = sbxd_json(r, 202, sbxd_sandbox_json(b, "Running", true));
+                          c.uri, "timeout", (json_int_t) c.tmo));
+  ret = sbxd_json(r, 202, sandbox_json(b, "Running", true));
   box_put(b);
   return ret;
 }
 
 /* ---- get, list, delete ---- */
 
-static const char *seg_id(struct req *r)
+enum MHD_Result h_sandbox_get(struct req *r)
 {
-  size_t base = r->seg.n > 0 && strcmp(r->seg.v[0], "v1") == 0 ? 1 : 0;
-  return r->seg.v[base + 1];
-}
-
-static struct box *managed_box(const char *id)
-{
-  struct box *b = box_get(id);
-  if (b && b->kind != BOX_MANAGED) {
-    box_put(b);
-    return NULL;
-  }
-  return b;
-}
-
-static enum MHD_Result h_get(struct req *r)
-{
-  const char *id = seg_id(r);
-  struct box *b = managed_box(id);
+  const char *id = sbxd_param(r, "id");
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL)
     return not_found(r, id);
   struct live l;
   live_load(&l);
   const char *state = box_state(b, &l);
-  enum MHD_Result ret =
-      state ? sbxd_json(r, 200, sbxd_sandbox_json(b, state, false)) : not_found(r, id);
+  enum MHD_Result ret = state ? sbxd_json(r, 200, sandbox_json(b, state, false)) : not_found(r, id);
   sbx_sandbox_info_free(l.infos, l.n);
   box_put(b);
   return ret;
@@ -901,7 +561,7 @@ static bool parse_page(const char *s, int64_t def, int64_t *out)
   return sbxd_parse_i64(s, out);
 }
 
-static enum MHD_Result h_list(struct req *r)
+enum MHD_Result h_sandbox_list(struct req *r)
 {
   int64_t page, size;
   if (!parse_page(sbxd_query(r, "page"), 1, &page) || page < 1)
@@ -949,7 +609,7 @@ static enum MHD_Result h_list(struct req *r)
       continue;
     total++;
     if (total > (page - 1) * size && total <= page * size)
-      json_array_append_new(items, sbxd_sandbox_json(b, state, false));
+      json_array_append_new(items, sandbox_json(b, state, false));
   }
   sbx_sandbox_info_free(l.infos, l.n);
   box_list_free(boxes, n);
@@ -962,10 +622,10 @@ static enum MHD_Result h_list(struct req *r)
   return sbxd_json(r, 200, json_pack("{s:o,s:o}", "items", items, "pagination", pag));
 }
 
-static enum MHD_Result h_delete(struct req *r)
+enum MHD_Result h_sandbox_delete(struct req *r)
 {
-  const char *id = seg_id(r);
-  struct box *b = managed_box(id);
+  const char *id = sbxd_param(r, "id");
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL)
     return not_found(r, id);
   sbx_error_t err = NULL;
@@ -984,8 +644,8 @@ static enum MHD_Result h_delete(struct req *r)
 
 static enum MHD_Result pause_resume(struct req *r, bool pause)
 {
-  const char *id = seg_id(r);
-  struct box *b = managed_box(id);
+  const char *id = sbxd_param(r, "id");
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL)
     return not_found(r, id);
   struct live l;
@@ -1001,7 +661,7 @@ static enum MHD_Result pause_resume(struct req *r, bool pause)
     ret = sbxd_error(r, 409, "DOCKER::SANDBOX_NOT_PAUSED", "Sandbox is not in a paused state.");
   } else {
     sbx_error_t err = NULL;
-    if (sbx_pause(g.p, id, pause, &err) < 0) {
+    if (sbx_pause(srv.p, id, pause, &err) < 0) {
       ret = sbxd_error(r, 500,
                        pause ? "DOCKER::SANDBOX_PAUSE_FAILED" : "DOCKER::SANDBOX_RESUME_FAILED",
                        "Failed to %s sandbox container: %s", pause ? "pause" : "resume", err->msg);
@@ -1019,34 +679,32 @@ static enum MHD_Result pause_resume(struct req *r, bool pause)
   return ret;
 }
 
-static enum MHD_Result h_pause(struct req *r)
+enum MHD_Result h_sandbox_pause(struct req *r)
 {
   return pause_resume(r, true);
 }
 
-static enum MHD_Result h_resume(struct req *r)
+enum MHD_Result h_sandbox_resume(struct req *r)
 {
   return pause_resume(r, false);
 }
 
 /* ---- renew, metadata ---- */
 
-static enum MHD_Result h_renew(struct req *r)
+enum MHD_Result h_sandbox_renew(struct req *r)
 {
   enum MHD_Result ret;
-  json_t *body = sbxd_body_json(r, 422, VALIDATION, &ret);
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_LIFECYCLE, SBXD_WANT_ANY, &ret);
   if (body == NULL)
     return ret;
   const char *s = json_string_value(json_object_get(body, "expiresAt"));
   int64_t ms;
   if (s == NULL || sbxd_time_parse(s, &ms) < 0) {
-    json_decref(body);
     return sbxd_error(r, 422, VALIDATION,
                       "body.expiresAt: Input should be a valid RFC 3339 datetime");
   }
-  json_decref(body);
-  const char *id = seg_id(r);
-  struct box *b = managed_box(id);
+  const char *id = sbxd_param(r, "id");
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL)
     return not_found(r, id);
   if (ms <= sbxd_now_ms()) {
@@ -1076,21 +734,19 @@ static enum MHD_Result h_renew(struct req *r)
   return ret;
 }
 
-static enum MHD_Result h_metadata(struct req *r)
+enum MHD_Result h_sandbox_metadata(struct req *r)
 {
   enum MHD_Result ret;
-  json_t *body = sbxd_body_json(r, 422, VALIDATION, &ret);
+  json_auto_t *body = sbxd_body_json(r, SBXD_JSON_LIFECYCLE, SBXD_WANT_ANY, &ret);
   if (body == NULL)
     return ret;
   if (!string_map(body, true)) {
-    json_decref(body);
     return sbxd_error(r, 422, VALIDATION,
                       "body: Input should be a map of strings (null removes a key)");
   }
-  const char *id = seg_id(r);
-  struct box *b = managed_box(id);
+  const char *id = sbxd_param(r, "id");
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL) {
-    json_decref(body);
     return not_found(r, id);
   }
   const char *k;
@@ -1114,7 +770,6 @@ static enum MHD_Result h_metadata(struct req *r)
   free(msg);
   json_decref(additions);
   if (bad_key || code) {
-    json_decref(body);
     box_put(b);
     return ret;
   }
@@ -1123,7 +778,6 @@ static enum MHD_Result h_metadata(struct req *r)
   const char *state = box_state(b, &l);
   sbx_sandbox_info_free(l.infos, l.n);
   if (state == NULL) {
-    json_decref(body);
     box_put(b);
     return not_found(r, id);
   }
@@ -1143,8 +797,7 @@ static enum MHD_Result h_metadata(struct req *r)
   sbx_error_t err = NULL;
   int rc = box_save(b, &err);
   pthread_mutex_unlock(&b->lock);
-  json_decref(body);
-  ret = rc < 0 ? sbxd_lib_error(r, &err) : sbxd_json(r, 200, sbxd_sandbox_json(b, state, false));
+  ret = rc < 0 ? sbxd_lib_error(r, &err) : sbxd_json(r, 200, sandbox_json(b, state, false));
   box_put(b);
   return ret;
 }
@@ -1172,10 +825,9 @@ static int parse_bool_query(const char *s, bool *out)
   return -1;
 }
 
-static enum MHD_Result h_endpoint(struct req *r)
+enum MHD_Result h_sandbox_endpoint(struct req *r)
 {
-  size_t base = r->seg.n > 0 && strcmp(r->seg.v[0], "v1") == 0 ? 1 : 0;
-  const char *id = r->seg.v[base + 1], *port_s = r->seg.v[base + 3];
+  const char *id = sbxd_param(r, "id"), *port_s = sbxd_param(r, "port");
   int64_t port;
   bool proxy;
   if (!sbxd_parse_i64(port_s, &port))
@@ -1188,7 +840,7 @@ static enum MHD_Result h_endpoint(struct req *r)
     return sbxd_error(r, 400, INVALID_PARAMETER,
                       "use_server_proxy cannot be combined with expires; signed endpoints "
                       "require the gateway route.");
-  struct box *b = managed_box(id);
+  struct box *b = box_get_kind(id, BOX_MANAGED);
   if (b == NULL)
     return not_found(r, id);
   enum MHD_Result ret;
@@ -1199,7 +851,7 @@ static enum MHD_Result h_endpoint(struct req *r)
                      "Signed endpoints (expires) are not supported by sbxd; endpoints are "
                      "protected by the X-EXECD-ACCESS-TOKEN header instead.");
   } else {
-    cleanup_free char *host = sbxd_public_host(r);
+    cleanup_free char *host = sbxd_public_host(r, srv.listen);
     cleanup_free char *ep =
         proxy ? xasprintf("%s/sandboxes/%s/proxy/%lld", host, id, (long long) port)
               : xasprintf("%s/direct/%s/%lld", host, id, (long long) port);
@@ -1210,62 +862,14 @@ static enum MHD_Result h_endpoint(struct req *r)
   return ret;
 }
 
-/* ---- routing ---- */
+/* ---- the rest ---- */
 
-static enum MHD_Result h_accept_204(struct req *r)
+enum MHD_Result h_metrics_events(struct req *r)
 {
   return sbxd_empty(r, 204);
 }
 
-static enum MHD_Result h_snapshots(struct req *r)
+enum MHD_Result h_snapshots(struct req *r)
 {
   return sbxd_error(r, 400, NOT_SUPPORTED, "Snapshots are not supported by sbxd.");
-}
-
-static enum MHD_Result later(struct req *r, req_fn fn, uint64_t body_max)
-{
-  r->done = fn;
-  r->body_max = body_max;
-  return MHD_YES;
-}
-
-enum MHD_Result sbxd_lifecycle(struct req *r, sbx_strv_t *seg)
-{
-  size_t base = seg->n > 0 && strcmp(seg->v[0], "v1") == 0 ? 1 : 0;
-  size_t n = seg->n - base;
-  char **s = seg->v + base;
-  const char *m = r->method;
-  bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0;
-  bool sandboxes = n >= 1 && strcmp(s[0], "sandboxes") == 0;
-  req_fn fn = NULL;
-  uint64_t cap = SBXD_BODY_LIFECYCLE;
-  bool known = true;
-  if (sandboxes && n == 1)
-    fn = get ? h_list : post ? h_create : NULL;
-  else if (n == 2 && strcmp(s[0], "metrics") == 0 && strcmp(s[1], "events") == 0)
-    fn = post ? h_accept_204 : NULL;
-  else if (sandboxes && n == 2)
-    fn = get ? h_get : strcmp(m, "DELETE") == 0 ? h_delete : NULL;
-  else if (sandboxes && n == 3 && strcmp(s[2], "metadata") == 0)
-    fn = strcmp(m, "PATCH") == 0 ? h_metadata : NULL;
-  else if (sandboxes && n == 3 && strcmp(s[2], "pause") == 0)
-    fn = post ? h_pause : NULL;
-  else if (sandboxes && n == 3 && strcmp(s[2], "resume") == 0)
-    fn = post ? h_resume : NULL;
-  else if (sandboxes && n == 3 && strcmp(s[2], "renew-expiration") == 0)
-    fn = post ? h_renew : NULL;
-  else if (sandboxes && n == 3 && strcmp(s[2], "snapshots") == 0)
-    fn = h_snapshots;
-  else if (sandboxes && n == 4 && strcmp(s[2], "endpoints") == 0)
-    fn = get ? h_endpoint : NULL;
-  else if (n >= 1 && strcmp(s[0], "snapshots") == 0)
-    fn = h_snapshots;
-  else
-    known = false;
-  if (!known)
-    return sbxd_error(r, 404, "GENERAL::NOT_FOUND", "Not Found: %s %s", m, r->url);
-  if (fn == NULL)
-    return sbxd_error(r, 405, "GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed: %s %s", m,
-                      r->url);
-  return later(r, fn, cap);
 }

@@ -1,6 +1,10 @@
 /* sbxd: OpenSandbox's HTTP APIs over libsbx. Options, configuration, startup (adopting the
  * sandboxes a previous sbxd left running), and an orderly stop on SIGINT/SIGTERM. */
-#include "sbxd.h"
+#include "ctx.h"
+#include "http.h"
+#include "registry.h"
+#include "server.h"
+#include "spares.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -31,44 +35,6 @@ static void usage(FILE *f)
         f);
 }
 
-/* Keeps the configured spares ready (sandbox.spares): woken after each create, else once a
- * second, which also replaces a spare that died or expired. */
-static pthread_mutex_t spares_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t spares_cond = PTHREAD_COND_INITIALIZER;
-static bool spares_kicked;
-
-void sbxd_spares_kick(void)
-{
-  pthread_mutex_lock(&spares_lock);
-  spares_kicked = true;
-  pthread_cond_signal(&spares_cond);
-  pthread_mutex_unlock(&spares_lock);
-}
-
-static void *spares_main(void *arg)
-{
-  (void) arg;
-  while (!atomic_load(&g.stopping)) {
-    sbx_error_t err = NULL;
-    int wait_s = 1;
-    if (sbx_spares_fill(g.admin, &err) < 0) {
-      sbxd_log(SBXD_WARN, "making spares: %s", err ? err->msg : "failed");
-      sbx_error_release(&err);
-      wait_s = 10;
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += wait_s;
-    pthread_mutex_lock(&spares_lock);
-    while (!spares_kicked && !atomic_load(&g.stopping))
-      if (pthread_cond_timedwait(&spares_cond, &spares_lock, &until) != 0)
-        break;
-    spares_kicked = false;
-    pthread_mutex_unlock(&spares_lock);
-  }
-  return NULL;
-}
-
 static void raise_nofile(void)
 {
   struct rlimit rl;
@@ -78,9 +44,13 @@ static void raise_nofile(void)
   }
 }
 
-int main(int argc, char **argv)
+struct options {
+  const char *listen, *home, *config, *key;
+};
+
+/* -1: go on; else the exit status (help, version, a bad option). */
+static int parse_options(int argc, char **argv, struct options *o)
 {
-  const char *listen = NULL, *home = NULL, *config = NULL, *key = NULL;
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"home", required_argument, NULL, 'H'},
                                        {"config", required_argument, NULL, 'c'},
@@ -93,16 +63,16 @@ int main(int argc, char **argv)
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
     case 'l':
-      listen = optarg;
+      o->listen = optarg;
       break;
     case 'H':
-      home = optarg;
+      o->home = optarg;
       break;
     case 'c':
-      config = optarg;
+      o->config = optarg;
       break;
     case 'k':
-      key = optarg;
+      o->key = optarg;
       break;
     case 'h':
       usage(stdout);
@@ -119,96 +89,98 @@ int main(int argc, char **argv)
     fprintf(stderr, "sbxd: unexpected argument '%s'\nTry 'sbxd --help'.\n", argv[optind]);
     return 2;
   }
-  signal(SIGPIPE, SIG_IGN);
-  json_object_seed(0);
-  sbx_set_log_handler(sbxd_lib_log, NULL);
+  return -1;
+}
 
-  if (home == NULL || *home == '\0')
-    home = getenv("SBX_HOME");
-  if (home == NULL || *home == '\0')
-    home = ".sbx";
+/* The configuration, listen address and API key into srv; the exit status on failure, else -1. */
+static int configure(struct options *o)
+{
+  if (o->home == NULL || *o->home == '\0')
+    o->home = getenv("SBX_HOME");
+  if (o->home == NULL || *o->home == '\0')
+    o->home = ".sbx";
   sbx_error_t err = NULL;
-  cleanup_free char *def_config = xasprintf("%s/config.yaml", home);
+  cleanup_free char *def_config = xasprintf("%s/config.yaml", o->home);
+  const char *config = o->config;
   if (config == NULL && access(def_config, F_OK) == 0)
     config = def_config;
-  g.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
-  if (g.cfg == NULL) {
+  srv.cfg = config ? sbx_config_load(config, &err) : sbx_config_new_default();
+  if (srv.cfg == NULL) {
     sbxd_log(SBXD_ERROR, "%s", err->msg);
     sbx_error_release(&err);
     return 2;
   }
-  if (g.cfg->use && strcmp(g.cfg->use, "opensandbox") == 0) {
+  if (srv.cfg->use && strcmp(srv.cfg->use, "opensandbox") == 0) {
     /* sbxd *is* an OpenSandbox server: backing it with the opensandbox backend would make it a
      * client of itself (a DeerFlow config.yaml names the OpenSandbox provider) */
     sbxd_log(SBXD_ERROR,
              "%s: sandbox.use is 'opensandbox'; sbxd serves sandboxes of a local backend "
              "(give it its own configuration with sandbox.use: linux, or none)",
-             g.cfg->path ? g.cfg->path : "configuration");
+             srv.cfg->path ? srv.cfg->path : "configuration");
     return 2;
   }
-  g.listen = xstrdup(listen ? listen : g.cfg->listen);
+  srv.listen = xstrdup(o->listen ? o->listen : srv.cfg->listen);
+  const char *key = o->key;
   if (key == NULL || *key == '\0')
-    key = g.cfg->server_api_key;
+    key = srv.cfg->server_api_key;
   if (key == NULL || *key == '\0')
     key = getenv("OPEN_SANDBOX_API_KEY");
-  g.api_key = key && *key ? xstrdup(key) : NULL;
-  if (g.api_key == NULL && !sbxd_listen_is_loopback(g.listen)) {
+  srv.api_key = key && *key ? xstrdup(key) : NULL;
+  if (srv.api_key == NULL && !sbxd_listen_is_loopback(srv.listen)) {
     sbxd_log(SBXD_ERROR,
              "refusing to listen on %s without an API key: pass --api-key, set "
              "OPEN_SANDBOX_API_KEY or sbxd.api_key, or listen on a loopback address",
-             g.listen);
+             srv.listen);
     return 2;
   }
+  return -1;
+}
 
-  /* Signals are taken by sigwait below; every thread created from here on has them blocked. */
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
-  raise_nofile();
-
-  g.p = sbx_provider_new(home, g.cfg, &err);
-  if (g.p)
-    g.admin = sbx_provider_new(home, g.cfg, &err);
-  if (g.p == NULL || g.admin == NULL) {
+/* The providers, the box table, the listener and the spares thread; the exit status on
+ * failure, else -1. */
+static int start(const char *home)
+{
+  sbx_error_t err = NULL;
+  srv.p = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p)
+    srv.admin = sbx_provider_new(home, srv.cfg, &err);
+  if (srv.p == NULL || srv.admin == NULL) {
     sbxd_log(SBXD_ERROR, "%s", err->msg);
     sbx_error_release(&err);
     return 1;
   }
-  g.home = xstrdup(sbx_provider_home(g.p));
-  g.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
+  srv.home = xstrdup(sbx_provider_home(srv.p));
+  srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   if (sbxd_registry_start() < 0)
     return 1;
   char *bound = NULL;
   if (sbxd_server_start(&bound) < 0) {
-    atomic_store(&g.stopping, true);
+    atomic_store(&srv.stopping, true);
     sbxd_registry_stop(true);
     return 1;
   }
-  free(g.listen);
-  g.listen = bound;
-  pthread_t spares_thread;
-  bool spares_running =
-      g.cfg->spares > 0 && pthread_create(&spares_thread, NULL, spares_main, NULL) == 0;
+  free(srv.listen);
+  srv.listen = bound;
+  if (sbxd_spares_start() < 0)
+    sbxd_log(SBXD_WARN, "cannot start the thread that keeps spares ready");
   sbxd_log_json(SBXD_INFO, "listening",
-                json_pack("{s:s,s:s,s:s,s:b}", "address", g.listen, "home", g.home, "version",
-                          SBX_VERSION, "auth", g.api_key != NULL));
+                json_pack("{s:s,s:s,s:s,s:b}", "address", srv.listen, "home", srv.home, "version",
+                          SBX_VERSION, "auth", srv.api_key != NULL));
+  return -1;
+}
 
-  int sig = 0;
-  sigwait(&stop, &sig);
-  sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
-  atomic_store(&g.stopping, true);
-  if (spares_running) {
-    sbxd_spares_kick();
-    pthread_join(spares_thread, NULL);
-  }
+/* After the stop signal: the spares thread, the listener, the workers (five seconds), the
+ * table, the context. */
+static int stop(void)
+{
+  atomic_store(&srv.stopping, true);
+  sbxd_spares_stop();
   sbxd_server_stop();
-  for (int i = 0; i < 50 && atomic_load(&g.workers) > 0; i++) {
+  for (int i = 0; i < 50 && atomic_load(&srv.workers) > 0; i++) {
     struct timespec ts = {0, 100 * 1000000};
     nanosleep(&ts, NULL);
   }
-  int busy = atomic_load(&g.workers);
+  int busy = atomic_load(&srv.workers);
   sbxd_registry_stop(busy == 0);
   if (busy > 0) {
     /* commands still running hold handles: leave them to the process exit (they keep running
@@ -216,12 +188,40 @@ int main(int argc, char **argv)
     sbxd_log(SBXD_INFO, "stopped with %d command(s) still running in their sandboxes", busy);
     return 0;
   }
-  sbx_provider_free(g.admin);
-  sbx_provider_free(g.p);
-  sbx_config_free(g.cfg);
-  free(g.home);
-  free(g.api_key);
-  free(g.listen);
+  sbx_provider_free(srv.admin);
+  sbx_provider_free(srv.p);
+  sbx_config_free(srv.cfg);
+  free(srv.home);
+  free(srv.api_key);
+  free(srv.listen);
   sbxd_log(SBXD_INFO, "stopped");
   return 0;
+}
+
+int main(int argc, char **argv)
+{
+  struct options o = {0};
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0)
+    return rc;
+  signal(SIGPIPE, SIG_IGN);
+  json_object_seed(0);
+  sbx_set_log_handler(sbxd_lib_log, NULL);
+  if ((rc = configure(&o)) >= 0)
+    return rc;
+
+  /* Signals are taken by sigwait below; every thread created from here on has them blocked. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  raise_nofile();
+  if ((rc = start(o.home)) >= 0)
+    return rc;
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  sbxd_log(SBXD_INFO, "stopping (signal %d)", sig);
+  return stop();
 }

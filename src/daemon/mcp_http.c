@@ -14,7 +14,12 @@
  * of its own. The API key, when sbxd has one, is required (OPEN-SANDBOX-API-KEY, or
  * Authorization: Bearer KEY); an Origin that is neither loopback nor the Host is refused (DNS
  * rebinding). Sessions idle for SBXD_MCP_IDLE_MS are ended. */
-#include "sbxd.h"
+#include "ctx.h"
+#include "http.h"
+#include "mcp_http.h"
+#include "parse.h"
+#include "registry.h"
+#include "stream.h"
 
 #include "mcp.h"
 
@@ -40,7 +45,7 @@ static sbx_sandbox_t *host_acquire(void *ctx, const char *user, const char *thre
 {
   struct hsess *h = ctx;
   sbxd_scope_lock(true);
-  sbx_sandbox_t *sb = sbx_acquire(g.p, user, thread, err);
+  sbx_sandbox_t *sb = sbx_acquire(srv.p, user, thread, err);
   if (sb == NULL) {
     sbxd_scope_lock(false);
     return NULL;
@@ -66,7 +71,7 @@ static void host_release(void *ctx, sbx_sandbox_t *sb, bool destroy)
   box_remove(b, destroy ? "mcp_reset" : "released", NULL);
   box_put(b);
   sbx_error_t err = NULL;
-  if (destroy && sbx_destroy(g.admin, id, &err) < 0) {
+  if (destroy && sbx_destroy(srv.admin, id, &err) < 0) {
     sbxd_log(SBXD_WARN, "mcp reset_sandbox %s: %s", id, err->msg);
     sbx_error_release(&err);
   }
@@ -357,10 +362,13 @@ static bool origin_ok(struct req *r)
 
 static bool key_ok(struct req *r)
 {
-  if (g.api_key == NULL || sbxd_api_key_ok(r))
+  if (srv.api_key == NULL)
+    return true;
+  const char *k = sbxd_header(r, SBXD_API_KEY_HEADER);
+  if (k && sbxd_secret_equal(k, srv.api_key))
     return true;
   const char *a = sbxd_header(r, "Authorization");
-  return a && strncmp(a, "Bearer ", 7) == 0 && sbxd_secret_equal(a + 7, g.api_key);
+  return a && strncmp(a, "Bearer ", 7) == 0 && sbxd_secret_equal(a + 7, srv.api_key);
 }
 
 enum MHD_Result sbxd_mcp(struct req *r)

@@ -5,7 +5,10 @@
  * frames it again for the client). Like OpenSandbox's proxy, hop-by-hop headers, Authorization,
  * Cookie, the API key and the access token are not forwarded. WebSocket upgrades are refused
  * (501). */
-#include "sbxd.h"
+#include "proxy.h"
+#include "ctx.h"
+#include "registry.h"
+#include "stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,29 +44,11 @@ static void proxy_free(struct proxy *p)
   free(p);
 }
 
-static int send_all(int fd, const char *d, size_t n)
-{
-  while (n > 0) {
-    struct pollfd pf = {fd, POLLOUT, 0};
-    int pr = poll(&pf, 1, IDLE_MS);
-    if (pr <= 0)
-      return -1;
-    ssize_t w = send(fd, d, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0 && (errno == EINTR || errno == EAGAIN))
-      continue;
-    if (w < 0)
-      return -1;
-    d += w;
-    n -= (size_t) w;
-  }
-  return 0;
-}
-
 /* Waits up to IDLE_MS for bytes (a second at a time, so shutdown is not held up). */
 static ssize_t recv_some(int fd, char *buf, size_t max)
 {
   for (int waited = 0; waited < IDLE_MS; waited += 1000) {
-    if (atomic_load(&g.stopping))
+    if (atomic_load(&srv.stopping))
       return -1;
     struct pollfd pf = {fd, POLLIN, 0};
     int pr = poll(&pf, 1, 1000);
@@ -159,13 +144,13 @@ static int proxy_body(struct req *r, const char *d, size_t n)
   if (p->chunked_req) {
     char hdr[32];
     snprintf(hdr, sizeof hdr, "%zx\r\n", n);
-    rc = send_all(p->fd, hdr, strlen(hdr));
+    rc = sbxd_send_all(p->fd, hdr, strlen(hdr), IDLE_MS);
     if (rc == 0)
-      rc = send_all(p->fd, d, n);
+      rc = sbxd_send_all(p->fd, d, n, IDLE_MS);
     if (rc == 0)
-      rc = send_all(p->fd, "\r\n", 2);
+      rc = sbxd_send_all(p->fd, "\r\n", 2, IDLE_MS);
   } else {
-    rc = send_all(p->fd, d, n);
+    rc = sbxd_send_all(p->fd, d, n, IDLE_MS);
   }
   if (rc < 0)
     p->write_failed = true; /* the app may still answer (e.g. 413); read it in done() */
@@ -254,7 +239,7 @@ static enum MHD_Result bad_gateway(struct req *r, const char *why)
 static enum MHD_Result proxy_done(struct req *r)
 {
   struct proxy *p = r->ctx;
-  if (p->chunked_req && !p->write_failed && send_all(p->fd, "0\r\n\r\n", 5) < 0)
+  if (p->chunked_req && !p->write_failed && sbxd_send_all(p->fd, "0\r\n\r\n", 5, IDLE_MS) < 0)
     p->write_failed = true;
   /* the response head (skipping interim 1xx heads) */
   for (;;) {
@@ -318,7 +303,7 @@ enum MHD_Result sbxd_proxy_begin(struct req *r)
   if (upgrade && *upgrade)
     return sbxd_error(r, 501, "NOT_SUPPORTED",
                       "protocol upgrades (WebSocket) are not proxied by sbxd");
-  if (sbxd_box_paused(r->box))
+  if (box_paused(r->box))
     return sbxd_error(r, 409, "SANDBOX_PAUSED", "sandbox %s is paused; resume it first",
                       r->box->id);
   sbx_error_t err = NULL;
@@ -335,7 +320,7 @@ enum MHD_Result sbxd_proxy_begin(struct req *r)
   sbx_buf_printf(&head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n", r->method, r->raw_sub, r->port);
   MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &head);
   cleanup_free char *ip = client_ip(r);
-  cleanup_free char *host = sbxd_public_host(r);
+  cleanup_free char *host = sbxd_public_host(r, srv.listen);
   sbx_buf_printf(&head,
                  "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: %s\r\n", ip,
                  host);
@@ -349,7 +334,7 @@ enum MHD_Result sbxd_proxy_begin(struct req *r)
     p->chunked_req = true;
   }
   sbx_buf_puts(&head, "Connection: close\r\n\r\n");
-  int rc = send_all(fd, head.data, head.len);
+  int rc = sbxd_send_all(fd, head.data, head.len, IDLE_MS);
   sbx_buf_free(&head);
   if (rc < 0) {
     proxy_free(p);

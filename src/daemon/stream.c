@@ -5,11 +5,15 @@
  * reads too slowly loses events beyond SBXD_STREAM_QUEUE bytes (counted and reported), and one
  * that vanished (MHD frees the response) makes the worker drop everything. Readers wait at most a
  * second at a time so that MHD_stop_daemon, which joins connection threads, never hangs. */
-#include "sbxd.h"
+#include "stream.h"
+#include "ctx.h"
+#include "http.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 struct stream {
@@ -176,7 +180,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
       pthread_mutex_unlock(&s->lock);
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    if (atomic_load(&g.stopping)) {
+    if (atomic_load(&srv.stopping)) {
       pthread_mutex_unlock(&s->lock);
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -259,11 +263,11 @@ int stream_wait_start(struct stream *s, sbx_error_t *err)
   uint64_t give_up = sbx_now_ms() + 60000;
   pthread_mutex_lock(&s->lock);
   while (s->start_state == 0) {
-    if (atomic_load(&g.stopping) || sbx_now_ms() >= give_up) {
+    if (atomic_load(&srv.stopping) || sbx_now_ms() >= give_up) {
       s->start_state = -1;
       sbx_make_error(&s->start_err, ETIMEDOUT, SBX_E_TIMEOUT,
-                     atomic_load(&g.stopping) ? "sbxd is stopping"
-                                              : "the command did not start within 60 s");
+                     atomic_load(&srv.stopping) ? "sbxd is stopping"
+                                                : "the command did not start within 60 s");
       break;
     }
     struct timespec ts;
@@ -295,7 +299,7 @@ static ssize_t fd_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (n < 0 && errno != EINTR)
       return MHD_CONTENT_READER_END_WITH_ERROR;
     if (n <= 0) {
-      if (atomic_load(&g.stopping))
+      if (atomic_load(&srv.stopping))
         return MHD_CONTENT_READER_END_WITH_ERROR;
       continue;
     }
@@ -328,4 +332,30 @@ struct MHD_Response *fd_response(int fd, uint64_t size)
   if (resp == NULL)
     fd_free(b);
   return resp;
+}
+
+/* ---- sockets ---- */
+
+int sbxd_send_all(int fd, const char *d, size_t n, int timeout_ms)
+{
+  while (n > 0) {
+    /* without a limit, a blocking send: it fails at once when the peer shuts its reading side
+     * down (an upload's writer that gave up), where poll would wait for room forever */
+    if (timeout_ms >= 0) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      int pr = poll(&pf, 1, timeout_ms);
+      if (pr < 0 && errno == EINTR)
+        continue;
+      if (pr <= 0)
+        return -1;
+    }
+    ssize_t w = send(fd, d, n, MSG_NOSIGNAL | (timeout_ms >= 0 ? MSG_DONTWAIT : 0));
+    if (w < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (w < 0)
+      return -1;
+    d += w;
+    n -= (size_t) w;
+  }
+  return 0;
 }

@@ -543,6 +543,49 @@ def test_execd_errors(sbxd):
     assert sb.req("GET", "/ping").status == 200
 
 
+def test_route_table_answers(sbxd):
+    """Who answers what the route table (src/daemon/router.c) does not serve: the lifecycle and
+    contract APIs say 405 for a known path's other methods and 404 for an unknown path, execd
+    404 for both (but /ping: 405); parameters are one segment, a command's status id the rest,
+    a log's id may be empty; /code and /pty are prefixes."""
+    s = sbxd()
+    assert s.req("GET", "/nope", key=None).status == 401  # the key is checked first
+    r = s.req("GET", "/nope")
+    assert r.status == 404 and r.error() == ("GENERAL::NOT_FOUND", "Not Found: GET /nope")
+    r = s.req("PUT", "/v1/sandboxes")
+    assert r.status == 405 and r.error() == ("GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed: PUT /v1/sandboxes")
+    assert s.req("HEAD", "/v1/sandboxes").status == 405  # HEAD is not GET in the lifecycle API
+    r = s.req("POST", "/health", key=None)
+    assert r.status == 405 and r.error() == ("GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed")
+    assert s.req("GET", "/v1/health", key=None).status == 401  # /health is not below /v1
+    assert s.req("GET", "/v1/health").status == 404
+    assert s.req("GET", "//v1//sandboxes/").status == 200  # empty segments do not count
+    assert s.req("GET", "/v1/contract/acquire").status == 405
+    assert s.req("POST", "/v1/sandboxes/x/contract/bogus", {}).status == 404
+    assert s.req("POST", "/v1/sandboxes/x/contract", {}).status == 404
+    for m, p in (("GET", "/v1/snapshots/abc"), ("DELETE", "/v1/sandboxes/x/snapshots"), ("GET", "/snapshots")):
+        r = s.req(m, p)
+        assert r.status == 400 and r.error()[0] == "SANDBOX::API_NOT_SUPPORTED", (m, p)
+
+    sb = s.create()
+    r = sb.req("POST", "/ping")
+    assert r.status == 405 and r.error() == ("NOT_SUPPORTED", "method not allowed")
+    assert sb.req("HEAD", "/ping").status == 200  # HEAD is GET in execd
+    r = sb.req("GET", "/command")
+    assert r.status == 404 and r.error() == ("NOT_FOUND", "no execd route for GET /command")
+    r = sb.req("GET", "/command/status/a/b")
+    assert r.status == 404 and r.error() == ("INVALID_REQUEST_BODY", "command not found: a/b")
+    assert sb.req("GET", "/command//logs").error()[1] != "no execd route for GET /command//logs"
+    assert sb.req("GET", "/command/a/b/logs").error()[1] == "no execd route for GET /command/a/b/logs"
+    assert sb.req("POST", "/session//run", {"command": "true"}).error()[0] == "NOT_FOUND"
+    assert sb.req("DELETE", "/session/nope").error()[0] == "CONTEXT_NOT_FOUND"
+    assert sb.req("DELETE", "/session/").error()[0] == "NOT_FOUND"
+    assert sb.req("GET", "/directories").error()[0] == "NOT_FOUND"
+    for p in ("/codex", "/pty", "/pty/1"):
+        assert sb.req("GET", p).status == 501, p
+    assert sb.req("GET", "/ping").status == 200
+
+
 # ---- the event stream ----
 
 def test_event_stream_framing(sbxd):

@@ -1,0 +1,17 @@
+/* The listener: libmicrohttpd's callbacks, the request's life (request id, body collection up
+ * to the route's cap or into its streaming consumer, the access log line), start and stop. */
+#ifndef SBXD_SERVER_H
+#define SBXD_SERVER_H
+
+#include <stdbool.h>
+
+#define SBXD_MAX_CONNECTIONS 1024
+
+bool sbxd_listen_is_loopback(const char *listen);
+/* Listens on srv.listen; *bound gets the address actually bound. */
+int sbxd_server_start(char **bound);
+void sbxd_server_stop(void);
+/* The connections being served now (0 when not listening). */
+unsigned sbxd_server_connections(void);
+
+#endif
