@@ -441,6 +441,26 @@ static int send_items(struct agent_conn *c, char **items, size_t n, bool truncat
   return ret;
 }
 
+/* A search without a timeout of its own ends by this one: 10 s under the client library's 600 s
+ * socket timeout, so its answer (truncated) arrives before the client gives up. */
+#define SEARCH_TIMEOUT_MS (590 * 1000)
+
+/* The deadline of a search asked to take at most timeout_ms (0: SEARCH_TIMEOUT_MS, and never
+ * more). While it runs the client's connection is watched too (sbx_search_set_cancel_fd), so a
+ * search whose client went away stops. */
+static uint64_t search_begin(struct agent_conn *c, uint64_t timeout_ms)
+{
+  if (timeout_ms == 0 || timeout_ms > SEARCH_TIMEOUT_MS)
+    timeout_ms = SEARCH_TIMEOUT_MS;
+  sbx_search_set_cancel_fd(c->fd);
+  return sbx_now_ms() + timeout_ms;
+}
+
+static void search_end(void)
+{
+  sbx_search_set_cancel_fd(-1);
+}
+
 int agent_list(struct agent_conn *c, const char *payload, size_t len)
 {
   sbx_error_t err = NULL;
@@ -455,7 +475,10 @@ int agent_list(struct agent_conn *c, const char *payload, size_t len)
     depth = SBX_SEARCH_MAX_DEPTH;
   sbx_strv_t out = {0};
   bool truncated = false;
-  if (sbx_search_list_dir(path, (int) depth, (size_t) max, 0, &out, &truncated, &err) < 0)
+  int r = sbx_search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out, &truncated,
+                              &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
   sbx_strv_free(&out);
@@ -475,9 +498,10 @@ int agent_glob(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   sbx_strv_t out = {0};
   bool truncated = false;
-  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
-  if (sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max, deadline,
-                      &out, &truncated, &err) < 0)
+  int r = sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max,
+                          search_begin(c, timeout_ms), &out, &truncated, &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
   sbx_strv_free(&out);
@@ -498,9 +522,11 @@ int agent_grep(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   sbx_grep_matches_t m = {0};
   bool truncated = false;
-  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
-  if (sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
-                      flags & SBX_GREP_CASE, (size_t) max, deadline, &m, &truncated, &err) < 0)
+  int r = sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
+                          flags & SBX_GREP_CASE, (size_t) max, search_begin(c, timeout_ms), &m,
+                          &truncated, &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
   sbx_tlv_writer_t w = {0};
   int ret = 0;

@@ -12,7 +12,14 @@
 #include <regex.h>
 #include <stdarg.h>
 #include <string.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors                                                                                      */
@@ -614,8 +621,12 @@ struct sbx_grep_pattern_s {
   /* Whole-buffer search is ruled out by a '\n' in the pattern (lines never hold one) and by
    * glibc's buffer anchors \` and \' (they match only at the ends of the searched string). */
   bool line_by_line;
+  /* A back-reference makes glibc backtrack, exponentially in the line's length: such a pattern
+   * is matched in a killable worker process (grep_in_worker). Without one, regexec with
+   * REG_NOSUB is glibc's DFA, polynomial: matched in-process. */
+  bool backrefs;
   needle_t lit; /* PK_LITERAL */
-  regex_t re;   /* PK_REGEX, compiled in C.UTF-8 (or C if unavailable) */
+  regex_t re;   /* PK_REGEX, compiled in C.UTF-8 (or C if unavailable), REG_NOSUB */
   locale_t loc;
   regex_t re_c; /* the same regex compiled in the C locale, for ASCII text (ASCII patterns) */
   bool has_re_c;
@@ -789,6 +800,25 @@ static void ere_frame_init(ere_frame_t *f)
   f->prefix_null = f->cur_null = true;
 }
 
+/* True if an ERE holds a back-reference \\1..\\9 outside brackets (a "\\\\" pair is an escaped
+ * backslash). */
+static bool ere_has_backrefs(const char *pat)
+{
+  for (const char *s = pat; *s; s++) {
+    if (*s == '[') {
+      const char *e = skip_bracket(s);
+      if (e == NULL)
+        return false;
+      s = e - 1;
+    } else if (*s == '\\' && s[1]) {
+      if (s[1] >= '1' && s[1] <= '9')
+        return true;
+      s++;
+    }
+  }
+  return false;
+}
+
 /* Checks the cost of compiling pattern and returns the pattern to compile (a copy, maybe with
  * '+' rewritten), or NULL if it is too complex. */
 static char *ere_prepare(const char *pat)
@@ -927,7 +957,9 @@ static int regex_compile(sbx_grep_pattern_t *p, const char *re, bool case_sensit
                          size_t errlen)
 {
   locales_get();
-  int flags = REG_EXTENDED | REG_NEWLINE | (case_sensitive ? 0 : REG_ICASE);
+  /* REG_NOSUB: only "does it match" is ever asked. Without it glibc tracks every group through
+   * its DFA: (.*)(.*)(.*)(.*)(.*)y takes 7 s on an 8000-byte line, and 0 with it. */
+  int flags = REG_EXTENDED | REG_NEWLINE | REG_NOSUB | (case_sensitive ? 0 : REG_ICASE);
   p->loc = locale_utf8;
   locale_t old = uselocale(p->loc);
   int rc = regcomp(&p->re, re, flags);
@@ -1008,6 +1040,7 @@ sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool
     set_error(err, 0, SBX_E_INVALID, "invalid regular expression '%s': %s", pattern, msg);
     return NULL;
   }
+  p->backrefs = ere_has_backrefs(prepared);
   return p;
 }
 
@@ -1026,18 +1059,14 @@ void sbx_grep_pattern_free(sbx_grep_pattern_t *p)
   free(p);
 }
 
-/* Runs the regex on s[from..to) (s[to] readable; the bytes around the range give ^/$ and word
- * context); with m, reports the leftmost match. ascii: the text is pure ASCII. */
-static bool regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to,
-                      regmatch_t *m)
+/* True if the regex matches in s[from..to) (s[to] readable; the bytes before from give ^ and
+ * word context, to is the end of the string for $). ascii: the text is pure ASCII. */
+static bool regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to)
 {
-  regmatch_t local[1];
-  regmatch_t *pm = m ? m : local;
-  pm[0].rm_so = (regoff_t) from;
-  pm[0].rm_eo = (regoff_t) to;
+  regmatch_t pm[1] = {{.rm_so = (regoff_t) from, .rm_eo = (regoff_t) to}};
   bool use_c = ascii && p->has_re_c;
   locale_t old = uselocale(use_c ? locale_c : p->loc);
-  int rc = regexec(use_c ? &p->re_c : &p->re, s, m ? 1 : 0, pm, REG_STARTEND);
+  int rc = regexec(use_c ? &p->re_c : &p->re, s, 1, pm, REG_STARTEND);
   uselocale(old);
   return rc == 0;
 }
@@ -1062,7 +1091,7 @@ static bool pattern_match_clean(sbx_grep_pattern_t *p, const char *line, size_t 
     p->scratch.len = 0;
     sbx_buf_append(&p->scratch, line, len);
   }
-  return regex_run(p, ascii, p->scratch.data, 0, len, NULL);
+  return regex_run(p, ascii, p->scratch.data, 0, len);
 }
 
 /* line: one line without its '\n'. A trailing '\r' is ignored and ill-formed UTF-8 reads as
@@ -1140,6 +1169,10 @@ typedef struct {
 
   size_t found;
   unsigned ops;
+  int cancel_fd;          /* the caller's connection (sbx_search_set_cancel_fd), or -1 */
+  uint64_t next_poll_ms;  /* when cancel_fd is polled next */
+  int worker_fd;          /* in a grep worker: where matches go (grep_in_worker), else -1 */
+  const char *worker_buf; /* in a grep worker: the buffer record offsets are relative to */
   bool stop;
   bool timed_out;
   bool incomplete; /* something could not be searched for lack of resources or depth */
@@ -1153,16 +1186,48 @@ static size_t limit_plus_one(size_t max_results)
   return max_results == SIZE_MAX ? SIZE_MAX : max_results + 1;
 }
 
+static _Thread_local int search_cancel_fd = -1;
+
+void sbx_search_set_cancel_fd(int fd)
+{
+  search_cancel_fd = fd;
+}
+
+static void walker_init(walker_t *w, walk_mode_t mode, uint64_t deadline_ms)
+{
+  memset(w, 0, sizeof *w);
+  w->mode = mode;
+  w->deadline_ms = deadline_ms;
+  w->cancel_fd = search_cancel_fd;
+  w->worker_fd = -1;
+}
+
+/* True once the peer of a connected socket has hung up (or the fd is bad). */
+static bool peer_gone(int fd)
+{
+  struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
+  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+#define CANCEL_POLL_MS 20
+
+/* True (and the walk stopped, as timed out) once the deadline has passed or the caller has gone
+ * away; the caller's fd is polled at most every CANCEL_POLL_MS. */
 static bool deadline_passed(walker_t *w)
 {
-  if (w->deadline_ms == 0)
+  if (w->deadline_ms == 0 && w->cancel_fd < 0)
     return false;
-  if (sbx_now_ms() >= w->deadline_ms) {
+  uint64_t now = sbx_now_ms();
+  bool over = w->deadline_ms != 0 && now >= w->deadline_ms;
+  if (!over && w->cancel_fd >= 0 && now >= w->next_poll_ms) {
+    w->next_poll_ms = now + CANCEL_POLL_MS;
+    over = peer_gone(w->cancel_fd);
+  }
+  if (over) {
     w->timed_out = true;
     w->stop = true;
-    return true;
   }
-  return false;
+  return over;
 }
 
 static bool deadline_tick(walker_t *w)
@@ -1365,12 +1430,23 @@ static bool entry_matches(walker_t *w, size_t level, const entry_t *e)
 
 /* --- grep one file ------------------------------------------------------------------------ */
 
+/* One match as a grep worker sends it to its walker. */
+typedef struct {
+  uint64_t line_no, off, len;
+} worker_rec_t;
+
 static void grep_emit(walker_t *w, const char *path, uint64_t line_no, const char *line, size_t len)
 {
   cleanup_free char *summary = sbx_grep_summarize_line(line, len);
   if (summary == NULL)
     return; /* over 2000 code points */
-  sbx_search_matches_push(w->out_matches, path, line_no, summary, strlen(summary));
+  if (w->worker_fd >= 0) {
+    worker_rec_t r = {line_no, (uint64_t) (line - w->worker_buf), len};
+    if (sbx_write_all(w->worker_fd, &r, sizeof r) < 0)
+      _exit(1);
+  } else {
+    sbx_search_matches_push(w->out_matches, path, line_no, summary, strlen(summary));
+  }
   if (++w->found >= w->limit)
     w->stop = true;
 }
@@ -1383,44 +1459,89 @@ static size_t count_newlines(const char *s, size_t n)
   return c;
 }
 
+/* The end of the range of whole lines that starts at from and spans about span bytes: the
+ * position of a '\n' (or len), never inside a line; at least the first line. */
+static size_t lines_range_end(const char *buf, size_t len, size_t from, size_t span)
+{
+  if (len - from <= span)
+    return len;
+  const char *nl = memrchr(buf + from, '\n', span);
+  if (nl == NULL)
+    nl = memchr(buf + from + span, '\n', len - from - span);
+  return nl ? (size_t) (nl - buf) : len;
+}
+
+/* The first line of buf[from..to) that matches on its own, given that the range as a whole
+ * matches; SIZE_MAX if none does (a match can cross a '\n': [[:space:]] holds it). A line that
+ * matches on its own makes every range holding it match, so halving finds it in O(log lines)
+ * regexecs when matches stay within lines, and visits each line at most once otherwise. The
+ * recursion is as deep as log2 of the lines in a range (at most 18 for 256 KiB). */
+static size_t first_matching_line(walker_t *w, const char *buf, size_t from, size_t to, bool ascii)
+{
+  if (memchr(buf + from, '\n', to - from) == NULL)
+    return from; /* one line, and it matches */
+  if (deadline_passed(w))
+    return SIZE_MAX;
+  size_t half = from + (to - from) / 2;
+  const char *mid = memchr(buf + half, '\n', to - half);
+  if (mid == NULL)
+    mid = memrchr(buf + from, '\n', half - from);
+  size_t m = (size_t) (mid - buf);
+  if (regex_run(w->gp, ascii, buf, from, m)) {
+    size_t r = first_matching_line(w, buf, from, m, ascii);
+    if (r != SIZE_MAX || w->stop)
+      return r;
+  }
+  if (regex_run(w->gp, ascii, buf, m + 1, to))
+    return first_matching_line(w, buf, m + 1, to, ascii);
+  return SIZE_MAX;
+}
+
+#define GREP_SPAN_MIN 4096
+#define GREP_SPAN_MAX (256 * 1024)
+
 /* Whole-buffer search, for well-formed UTF-8 without '\r' and a pattern without '\n': find the
- * next candidate in the buffer (the literal, the regex's required literal, or the regex itself),
- * then report the line holding it if the line matches on its own. Same answers as line by line,
- * without a regexec per line. */
+ * next candidate in the buffer (the literal or the regex's required literal), then report the
+ * line holding it if the line matches on its own. A regex without one is run over ranges of
+ * whole lines growing from 4 KiB to 256 KiB while they do not match (a range that matches is
+ * halved down to its first matching line), so the deadline is looked at between regexecs. Same
+ * answers as line by line, without a regexec per line. */
 static void grep_buffer_fast(walker_t *w, const char *path, const char *buf, size_t len, bool ascii)
 {
   sbx_grep_pattern_t *p = w->gp;
   const needle_t *nd = p->kind == PK_LITERAL ? &p->lit : pattern_must(p, ascii);
-  size_t from = 0, counted = 0;
+  size_t from = 0, counted = 0, span = GREP_SPAN_MIN;
   uint64_t line_no = 1;
   while (from < len && !w->stop) {
-    size_t pos, match_end;
+    size_t ls;
     if (nd) {
       ssize_t hit = needle_find(nd, buf + from, len - from);
       if (hit < 0)
         return;
-      pos = from + (size_t) hit;
-      match_end = pos + nd->n;
+      size_t pos = from + (size_t) hit;
+      const char *nl = pos > from ? memrchr(buf + from, '\n', pos - from) : NULL;
+      ls = nl ? (size_t) (nl - buf) + 1 : from;
     } else {
-      regmatch_t m;
-      if (!regex_run(p, ascii, buf, from, len, &m))
-        return;
-      pos = (size_t) m.rm_so;
-      match_end = (size_t) m.rm_eo;
+      size_t to = lines_range_end(buf, len, from, span);
+      ls = regex_run(p, ascii, buf, from, to) ? first_matching_line(w, buf, from, to, ascii)
+                                              : SIZE_MAX;
+      if (ls == SIZE_MAX) {
+        if (w->stop)
+          return;
+        from = to + 1;
+        span = span < GREP_SPAN_MAX ? span * 2 : span;
+        if (deadline_passed(w))
+          return;
+        continue;
+      }
+      span = GREP_SPAN_MIN;
     }
-    const char *nl = pos > from ? memrchr(buf + from, '\n', pos - from) : NULL;
-    size_t ls = nl ? (size_t) (nl - buf) + 1 : from;
     if (ls >= len)
       return; /* the empty "line" after a final '\n' is not a line */
-    const char *end = memchr(buf + pos, '\n', len - pos);
+    const char *end = memchr(buf + ls, '\n', len - ls);
     size_t le = end ? (size_t) (end - buf) : len;
-    bool ok;
-    if (p->kind == PK_LITERAL)
-      ok = true;
-    else if (nd)
-      ok = regex_run(p, ascii, buf, ls, le, NULL); /* a candidate: run the regex on the line */
-    else
-      ok = match_end <= le || regex_run(p, ascii, buf, ls, le, NULL); /* may have eaten a '\n' */
+    /* a candidate of a needle: run the regex on the line (the halving found a matching one) */
+    bool ok = p->kind == PK_LITERAL || !nd || regex_run(p, ascii, buf, ls, le);
     line_no += count_newlines(buf + counted, ls - counted);
     counted = ls;
     if (ok)
@@ -1443,7 +1564,7 @@ static void grep_buffer_lines(walker_t *w, const char *path, const char *buf, si
     size_t n = le - pos;
     line_no++;
     pos = le + 1;
-    if ((line_no & 4095) == 0 && deadline_passed(w))
+    if ((line_no & 255) == 0 && deadline_passed(w))
       return;
     size_t stripped = n > 0 && line[n - 1] == '\r' ? n - 1 : n;
     if (stripped > SBX_SEARCH_MAX_LINE_CHARS &&
@@ -1452,6 +1573,91 @@ static void grep_buffer_lines(walker_t *w, const char *path, const char *buf, si
     if (pattern_match_line(w->gp, line, n))
       grep_emit(w, path, line_no, line, n);
   }
+}
+
+static void grep_buffer(walker_t *w, const char *path, const char *buf, size_t len, int cls)
+{
+  if (cls != TEXT_INVALID && !w->gp->line_by_line && memchr(buf, '\r', len) == NULL)
+    grep_buffer_fast(w, path, buf, len, cls == TEXT_ASCII);
+  else
+    grep_buffer_lines(w, path, buf, len);
+}
+
+/* Back-references: glibc matches them by backtracking, exponentially in the line's length (one
+ * regexec of (.*)(.*)(.*)(.*)(.*)\5\4\3\2\1x on a 300-byte line runs for hours), and nothing
+ * inside regexec can be interrupted. So a file is searched by a forked child that streams a
+ * record per matching line; this side reads them and kills the child at the deadline, when the
+ * caller goes away (the search is then timed out: truncated) or at the limit. A child that
+ * cannot be made, or dies, leaves the answer incomplete (truncated), never wrong. */
+static void grep_in_worker(walker_t *w, const char *path, const char *buf, size_t len, int cls)
+{
+  const needle_t *nd = cls == TEXT_INVALID ? NULL : pattern_must(w->gp, cls == TEXT_ASCII);
+  if (nd && needle_find(nd, buf, len) < 0)
+    return; /* no candidate (the needle is matched as in grep_buffer_fast) */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+    w->incomplete = true;
+    return;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    w->incomplete = true;
+    return;
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* the forking thread ending kills it too */
+    w->worker_fd = sv[1];
+    w->worker_buf = buf;
+    w->deadline_ms = 0;
+    w->cancel_fd = -1;
+    grep_buffer(w, path, buf, len, cls);
+    _exit(0);
+  }
+  close(sv[1]);
+  worker_rec_t rec;
+  size_t got = 0;
+  bool done = false;
+  while (!w->stop && !deadline_passed(w)) {
+    int wait_ms = -1;
+    if (w->cancel_fd >= 0)
+      wait_ms = CANCEL_POLL_MS;
+    if (w->deadline_ms) {
+      uint64_t now = sbx_now_ms(), left = w->deadline_ms > now ? w->deadline_ms - now : 0;
+      if (wait_ms < 0 || left < (uint64_t) wait_ms)
+        wait_ms = (int) (left < INT_MAX ? left : INT_MAX);
+    }
+    struct pollfd pfd = {.fd = sv[0], .events = POLLIN};
+    int n = poll(&pfd, 1, wait_ms);
+    if (n <= 0)
+      continue; /* (EINTR, or time to look at the deadline) */
+    ssize_t r = read(sv[0], (char *) &rec + got, sizeof rec - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      done = r == 0 && got == 0;
+      break;
+    }
+    got += (size_t) r;
+    if (got < sizeof rec)
+      continue;
+    got = 0;
+    if (rec.off > len || rec.len > len - rec.off) {
+      break; /* not from our child: drop it, incomplete */
+    }
+    grep_emit(w, path, rec.line_no, buf + rec.off, (size_t) rec.len);
+  }
+  kill(pid, SIGKILL);
+  close(sv[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  if (!done && !w->stop)
+    w->incomplete = true;
+  if (done && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+    w->incomplete = true;
 }
 
 /* Searches an open file (taken over). */
@@ -1503,10 +1709,10 @@ static void grep_fd(walker_t *w, int fd, const char *path)
   if (memchr(buf, '\0', len < SBX_SEARCH_BINARY_PROBE ? len : SBX_SEARCH_BINARY_PROBE))
     return;
   int cls = text_class(buf, len);
-  if (cls != TEXT_INVALID && !w->gp->line_by_line && memchr(buf, '\r', len) == NULL)
-    grep_buffer_fast(w, path, buf, len, cls == TEXT_ASCII);
+  if (w->gp->backrefs)
+    grep_in_worker(w, path, buf, len, cls);
   else
-    grep_buffer_lines(w, path, buf, len);
+    grep_buffer(w, path, buf, len, cls);
 }
 
 static void grep_file_at(walker_t *w, int dir_fd, const char *name, const char *path)
@@ -1682,11 +1888,10 @@ int sbx_search_list_dir(const char *path, int max_depth, size_t max_entries, uin
     close(fd);
     return 0;
   }
-  walker_t w = {0};
-  w.mode = MODE_LIST;
+  walker_t w;
+  walker_init(&w, MODE_LIST, deadline_ms);
   w.max_depth = max_depth;
   w.limit = limit_plus_one(max_entries);
-  w.deadline_ms = deadline_ms;
   w.out_strv = out;
   walker_set_base(&w, path);
   walk(&w, fd);
@@ -1712,12 +1917,11 @@ int sbx_search_glob(const char *root, const char *pattern, bool include_dirs, si
     pathpat_fini(&pp);
     return 0;
   }
-  walker_t w = {0};
-  w.mode = MODE_GLOB;
+  walker_t w;
+  walker_init(&w, MODE_GLOB, deadline_ms);
   w.include_dirs = include_dirs;
   w.pat = &pp;
   w.limit = limit_plus_one(max_results);
-  w.deadline_ms = deadline_ms;
   w.out_strv = out;
   walker_set_base(&w, root);
   walk(&w, fd);
@@ -1761,12 +1965,11 @@ int sbx_search_grep(const char *root, const char *pattern, const char *glob, boo
   bool filter = glob != NULL && glob[0] != '\0';
   pathpat_t pp;
   pathpat_init(&pp, filter ? glob : NULL);
-  walker_t w = {0};
-  w.mode = MODE_GREP;
+  walker_t w;
+  walker_init(&w, MODE_GREP, deadline_ms);
   w.pat = filter ? &pp : NULL;
   w.gp = gp;
   w.limit = limit_plus_one(max_results);
-  w.deadline_ms = deadline_ms;
   w.out_matches = out;
   if (S_ISDIR(st.st_mode)) {
     if (!(filter && pp.never)) {

@@ -15,7 +15,8 @@
  *   '/', then the path below the root.
  * - Results are appended to *out; on error (return -1, *err set) *out is left as it was.
  * - *truncated is set when a match was dropped by the limit+1 rule, and also when the walk was
- *   cut short: a deadline (sbx_now_ms() clock, 0 = none) passed, a directory at depth
+ *   cut short: a deadline (sbx_now_ms() clock, 0 = none) passed or the caller went away
+ *   (sbx_search_set_cancel_fd), a directory at depth
  *   SBX_SEARCH_MAX_DEPTH would have been entered, or fds/memory ran out (EMFILE, ENFILE,
  *   ENOMEM). The answer is then possibly incomplete, never wrong.
  * - Thread-safe: no global state besides two locales created once (pthread_once); locales are
@@ -42,6 +43,11 @@
  * /proc/self/fd/N, or a symlink planted to it, never reaches a descriptor sbx-init holds. Set it
  * once, before any thread searches. */
 extern int (*sbx_search_open_root)(const char *path, int flags);
+
+/* The calling thread's searches stop, as at their deadline, once the peer of this connected
+ * socket hangs up (polled every 20 ms); -1 (the default) = none. sbx-init sets its client's
+ * connection, so a search whose client gave up does not run on. */
+void sbx_search_set_cancel_fd(int fd);
 
 /* True if one path segment (len bytes, need not be NUL-terminated) matches one of the 50
  * ignore patterns, with fnmatch semantics (no flags: '*' matches a leading dot), byte-wise and
@@ -128,7 +134,11 @@ char *sbx_grep_summarize_line(const char *line, size_t len);
  * as are lines over 2000 code points. Lines are split on '\n' only; a match never spans lines.
  * glob (NULL or "" = no filter) filters files by sbx_path_matches on the path relative to root.
  * Files are visited in glob's order, lines in file order. Limit+1 rule as for glob. A bad regex
- * is SBX_E_INVALID (checked first), a missing root SBX_E_NOT_FOUND ("path not found: P"). */
+ * is SBX_E_INVALID (checked first), a missing root SBX_E_NOT_FOUND ("path not found: P").
+ * The deadline holds inside a line too: a regex with back-references (which glibc matches by
+ * backtracking, exponential in the line) is run in a forked worker process, killed at the
+ * deadline; any other regex is run as glibc's DFA (REG_NOSUB), polynomial, over bounded ranges
+ * with the deadline looked at between them. Either way a search cut short is truncated. */
 int sbx_search_grep(const char *root, const char *pattern, const char *glob, bool literal,
                     bool case_sensitive, size_t max_results, uint64_t deadline_ms,
                     sbx_grep_matches_t *out, bool *truncated, sbx_error_t *err);
