@@ -4,7 +4,7 @@
  * /proc magic links are refused. Replacing writes go to a temporary file in the same directory
  * that is renamed over the target after fsync, so a crash never leaves a torn file where a
  * complete one was. */
-#include "agent.h"
+#include "files.h"
 #include "paths.h"
 #include "search.h"
 #include "text.h"
@@ -18,8 +18,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-
-#define ITEMS_BATCH (512u << 10)
 
 static int root_fd = -1;
 
@@ -419,26 +417,13 @@ drain:
   return ret;
 }
 
-/* Sends strings as ITEMS frames of bounded size, then OK{TRUNCATED}. */
+/* Sends strings as ITEMS, then OK{TRUNCATED}. */
 static int send_items(struct agent_conn *c, char **items, size_t n, bool truncated)
 {
-  sbx_tlv_writer_t w = {0};
-  for (size_t i = 0; i < n; i++) {
-    sbx_tlv_put_str(&w, SBX_T_ITEM, items[i]);
-    if (w.buf.len >= ITEMS_BATCH || i + 1 == n) {
-      if (sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w) < 0) {
-        sbx_tlv_free(&w);
-        return -1;
-      }
-      w.buf.len = 0;
-    }
-  }
-  sbx_tlv_free(&w);
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
-  int ret = agent_reply_ok(c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
+  agent_items_t it = {.c = c};
+  for (size_t i = 0; i < n && agent_items_add(&it, items[i], strlen(items[i])) == 0; i++)
+    ;
+  return agent_items_finish(&it, truncated);
 }
 
 /* A search without a timeout of its own ends by this one: 10 s under the client library's 600 s
@@ -528,29 +513,17 @@ int agent_grep(struct agent_conn *c, const char *payload, size_t len)
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);
-  sbx_tlv_writer_t w = {0};
-  int ret = 0;
-  for (size_t i = 0; i < m.n && ret == 0; i++) {
+  agent_items_t it = {.c = c};
+  for (size_t i = 0; i < m.n && it.failed == 0; i++) {
     sbx_tlv_writer_t rec = {0};
     sbx_tlv_put_str(&rec, SBX_T_PATH, m.v[i].path);
     sbx_tlv_put_u64(&rec, SBX_T_LINE_NO, m.v[i].line_number);
     sbx_tlv_put_str(&rec, SBX_T_TEXT, m.v[i].line);
-    sbx_tlv_put(&w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+    agent_items_add(&it, rec.buf.data, rec.buf.len);
     sbx_tlv_free(&rec);
-    if (w.buf.len >= ITEMS_BATCH || i + 1 == m.n) {
-      ret = sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w);
-      w.buf.len = 0;
-    }
   }
-  sbx_tlv_free(&w);
   sbx_search_matches_free(&m);
-  if (ret < 0)
-    return -1;
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
-  ret = agent_reply_ok(c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
+  return agent_items_finish(&it, truncated);
 }
 
 static char type_char(mode_t m)
@@ -789,11 +762,9 @@ int agent_connect(struct agent_conn *c, const char *payload, size_t len)
 #define INFO_MAX 100000
 
 struct info_walk {
-  struct agent_conn *c;
-  sbx_tlv_writer_t w;
+  agent_items_t items;
   size_t count;
   bool truncated;
-  int failed;
 };
 
 static int info_emit(struct info_walk *iw, const char *path, const struct stat *st)
@@ -805,30 +776,10 @@ static int info_emit(struct info_walk *iw, const char *path, const struct stat *
   sbx_tlv_writer_t rec = {0};
   sbx_tlv_put_str(&rec, SBX_T_PATH, path);
   agent_put_stat(&rec, st);
-  sbx_tlv_put(&iw->w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+  int r = agent_items_add(&iw->items, rec.buf.data, rec.buf.len);
   sbx_tlv_free(&rec);
   iw->count++;
-  if (iw->w.buf.len >= ITEMS_BATCH) {
-    if (sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
-      iw->failed = -1;
-    iw->w.buf.len = 0;
-  }
-  return iw->failed;
-}
-
-static int info_finish(struct info_walk *iw)
-{
-  if (iw->failed == 0 && iw->w.buf.len > 0 &&
-      sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
-    iw->failed = -1;
-  sbx_tlv_free(&iw->w);
-  if (iw->failed < 0)
-    return -1;
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, iw->truncated);
-  int ret = agent_reply_ok(iw->c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
+  return r;
 }
 
 /* Sorted names of the directory dfd (closed by the caller). */
@@ -860,7 +811,7 @@ static void readdir_walk(struct info_walk *iw, int dfd, const char *path, int de
 {
   sbx_strv_t names = {0};
   sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
+  for (size_t i = 0; i < names.n && iw->items.failed == 0 && !iw->truncated; i++) {
     struct stat st;
     if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
       continue;
@@ -903,10 +854,10 @@ int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
     sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
     return agent_reply_error(c, &err);
   }
-  struct info_walk iw = {.c = c};
+  struct info_walk iw = {.items = {.c = c}};
   if (depth > 0)
     readdir_walk(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth);
-  return info_finish(&iw);
+  return agent_items_finish(&iw.items, iw.truncated);
 }
 
 #define BRACE_MAX_PATTERNS 256
@@ -988,7 +939,7 @@ static void find_walk(struct info_walk *iw, int dfd, const char *path, const sbx
 {
   sbx_strv_t names = {0};
   sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
+  for (size_t i = 0; i < names.n && iw->items.failed == 0 && !iw->truncated; i++) {
     struct stat st;
     if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
       continue;
@@ -1024,10 +975,10 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
     memmove(p, p + 1, strlen(p + 1) + 1);
   sbx_strv_t pats = {0};
   expand_braces(pat, &pats, 0);
-  struct info_walk iw = {.c = c};
+  struct info_walk iw = {.items = {.c = c}};
   find_walk(&iw, dfd, path, &pats, 0);
   sbx_strv_free(&pats);
-  return info_finish(&iw);
+  return agent_items_finish(&iw.items, iw.truncated);
 }
 
 int agent_replace(struct agent_conn *c, const char *payload, size_t len)

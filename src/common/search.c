@@ -1202,11 +1202,12 @@ static void walker_init(walker_t *w, walk_mode_t mode, uint64_t deadline_ms)
   w->worker_fd = -1;
 }
 
-/* True once the peer of a connected socket has hung up (or the fd is bad). */
+/* True once the peer of a connected socket has closed it (or the fd is bad). POLLHUP, not
+ * POLLRDHUP: a client that only shut down its writing side still reads the answer. */
 static bool peer_gone(int fd)
 {
-  struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
-  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+  struct pollfd pfd = {.fd = fd, .events = 0};
+  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
 #define CANCEL_POLL_MS 20
