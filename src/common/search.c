@@ -322,50 +322,13 @@ bool sbx_path_matches(const char *pattern, const char *rel_path)
 /* ------------------------------------------------------------------------------------------ */
 /* UTF-8                                                                                       */
 
-/* Length of the sequence at s (1..4) and whether it is well-formed. Ill-formed input yields the
- * length of its maximal subpart (Unicode §3.9, what Python's errors='replace' replaces with
- * one U+FFFD). */
+/* Length of the sequence at s (1..4) and whether it is well-formed (text.h's decoder). */
 static size_t utf8_next(const unsigned char *s, size_t n, bool *valid)
 {
-  unsigned char c = s[0];
-  if (c < 0x80) {
-    *valid = true;
-    return 1;
-  }
-  size_t need;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-  } else if (c == 0xE0) {
-    need = 2;
-    lo = 0xA0;
-  } else if (c == 0xED) {
-    need = 2;
-    hi = 0x9F;
-  } else if (c >= 0xE1 && c <= 0xEF) {
-    need = 2;
-  } else if (c == 0xF0) {
-    need = 3;
-    lo = 0x90;
-  } else if (c == 0xF4) {
-    need = 3;
-    hi = 0x8F;
-  } else if (c >= 0xF1 && c <= 0xF3) {
-    need = 3;
-  } else {
-    *valid = false;
-    return 1;
-  }
-  for (size_t i = 1; i <= need; i++) {
-    if (i >= n || s[i] < lo || s[i] > hi) {
-      *valid = false;
-      return i;
-    }
-    lo = 0x80;
-    hi = 0xBF;
-  }
-  *valid = true;
-  return need + 1;
+  uint32_t cp;
+  size_t l = sbx_utf8_next(s, n, &cp);
+  *valid = cp != SBX_UTF8_BAD;
+  return l;
 }
 
 /* Code points of arbitrary bytes as decoded with replacement. */

@@ -13,6 +13,15 @@
 /* A read_file bound that was not given. */
 #define SBX_LINE_NONE INT64_MIN
 
+#define SBX_UTF8_BAD UINT32_MAX
+
+/* The one UTF-8 decoder: the sequence at s (len >= 1 bytes). Returns its length (1..4) and sets
+ * *cp to its code point; an ill-formed sequence (overlong, surrogate, past U+10FFFF, cut short,
+ * a stray continuation byte) gives the length of its maximal subpart (Unicode §3.9: what
+ * Python's errors='replace' turns into one U+FFFD) and *cp = SBX_UTF8_BAD. Byte i is read only
+ * once bytes 0..i-1 were accepted, so a NUL-terminated string may be passed with len 4. */
+size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp);
+
 bool sbx_utf8_valid(const char *s, size_t len);
 /* How many bytes at s are ASCII before the first that is not (eight at a time). */
 size_t sbx_ascii_run(const void *s, size_t len);

@@ -168,6 +168,20 @@ void sbx_buf_free(sbx_buf_t *b)
   b->len = b->cap = 0;
 }
 
+char *sbx_shell_quote(const char *s)
+{
+  sbx_buf_t b = {0};
+  sbx_buf_putc(&b, '\'');
+  for (; *s; s++) {
+    if (*s == '\'')
+      sbx_buf_puts(&b, "'\\''");
+    else
+      sbx_buf_putc(&b, *s);
+  }
+  sbx_buf_putc(&b, '\'');
+  return sbx_buf_steal(&b);
+}
+
 void sbx_strv_push_owned(sbx_strv_t *s, char *str)
 {
   if (s->n + 2 > s->cap) {

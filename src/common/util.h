@@ -76,6 +76,9 @@ void sbx_buf_printf(sbx_buf_t *b, const char *fmt, ...) __attribute__((format(pr
 char *sbx_buf_steal(sbx_buf_t *b); /* returns the string (never NULL); the buffer is reset */
 void sbx_buf_free(sbx_buf_t *b);
 
+/* s as one POSIX shell word: single-quoted, each ' written as '\\''. */
+char *sbx_shell_quote(const char *s);
+
 /* A NULL-terminated vector of owned strings. */
 typedef struct {
   char **v;
