@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <string.h>
 
 size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp)
@@ -85,32 +86,97 @@ bool sbx_utf8_valid(const char *s, size_t len)
   return true;
 }
 
-/* How many bytes form one maximal invalid subsequence at s (at least 1). */
-static size_t utf8_invalid_run(const unsigned char *s, size_t len)
+void sbx_buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len)
 {
-  uint32_t cp;
-  return sbx_utf8_next(s, len, &cp);
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  sbx_buf_reserve(b, len);
+  while (i < len) {
+    size_t start = i;
+    i += sbx_ascii_run(p + i, len - i);
+    uint32_t cp = 0;
+    size_t n = 0;
+    while (i < len && (n = sbx_utf8_next(p + i, len - i, &cp), cp != SBX_UTF8_BAD)) {
+      i += n;
+      i += sbx_ascii_run(p + i, len - i);
+    }
+    sbx_buf_append(b, s + start, i - start);
+    if (i < len) {
+      sbx_buf_append(b, "\xef\xbf\xbd", 3);
+      i += n;
+    }
+  }
 }
 
 char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen)
 {
   sbx_buf_t b = {0};
-  const unsigned char *p = (const unsigned char *) s;
-  size_t i = 0;
-  sbx_buf_reserve(&b, len);
-  while (i < len) {
-    size_t start = i;
-    while (i < len && (p[i] < 0x80 || utf8_seq(p + i, len - i) > 0))
-      i += p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
-    sbx_buf_append(&b, s + start, i - start);
-    if (i < len) {
-      sbx_buf_append(&b, "\xef\xbf\xbd", 3);
-      i += utf8_invalid_run(p + i, len - i);
-    }
-  }
+  sbx_buf_put_utf8_lossy(&b, s, len);
   if (outlen)
     *outlen = b.len;
   return sbx_buf_steal(&b);
+}
+
+size_t sbx_utf8_count_lossy(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *) s;
+  size_t c = 0;
+  for (size_t i = 0; i < len; c++) {
+    uint32_t cp;
+    i += p[i] < 0x80 ? 1 : sbx_utf8_next(p + i, len - i, &cp);
+  }
+  return c;
+}
+
+int sbx_text_class(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  int cls = SBX_TEXT_ASCII;
+  while (i < len) {
+    i += sbx_ascii_run(p + i, len - i);
+    if (i >= len)
+      break;
+    uint32_t cp;
+    i += sbx_utf8_next(p + i, len - i, &cp);
+    if (cp == SBX_UTF8_BAD)
+      return SBX_TEXT_INVALID;
+    cls = SBX_TEXT_UTF8;
+  }
+  return cls;
+}
+
+bool sbx_str_ascii(const char *s)
+{
+  size_t n = strlen(s);
+  return sbx_ascii_run(s, n) == n;
+}
+
+static pthread_once_t locale_once = PTHREAD_ONCE_INIT;
+static locale_t locale_c, locale_utf8;
+
+static void locale_init(void)
+{
+  locale_c = newlocale(LC_ALL_MASK, "C", (locale_t) 0);
+  if (locale_c == (locale_t) 0)
+    locale_c = LC_GLOBAL_LOCALE;
+  locale_utf8 = newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t) 0);
+  if (locale_utf8 == (locale_t) 0)
+    locale_utf8 = newlocale(LC_ALL_MASK, "C.utf8", (locale_t) 0);
+  if (locale_utf8 == (locale_t) 0)
+    locale_utf8 = locale_c;
+}
+
+locale_t sbx_locale_c(void)
+{
+  pthread_once(&locale_once, locale_init);
+  return locale_c;
+}
+
+locale_t sbx_locale_utf8(void)
+{
+  pthread_once(&locale_once, locale_init);
+  return locale_utf8;
 }
 
 char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen)

@@ -1,4 +1,5 @@
-/* Unit tests for src/common/search.c: path_matches, the ignore list, list_dir, glob and grep over
+/* Unit tests for src/common's search mechanisms (ignore.c, pathmatch.c, grep_pattern.c, walk.c,
+ * grep.c, search.c): path_matches, the ignore list, list_dir, glob and grep over
  * real temporary trees. */
 #include <setjmp.h>
 #include <stdarg.h>
