@@ -7,6 +7,7 @@
 #include "files.h"
 #include "paths.h"
 #include "search.h"
+#include "walk.h"
 #include "text.h"
 
 #include <fcntl.h>
@@ -765,6 +766,7 @@ struct info_walk {
   agent_items_t items;
   size_t count;
   bool truncated;
+  const sbx_strv_t *pats; /* find: the name patterns */
 };
 
 static int info_emit(struct info_walk *iw, const char *path, const struct stat *st)
@@ -782,51 +784,33 @@ static int info_emit(struct info_walk *iw, const char *path, const struct stat *
   return r;
 }
 
-/* Sorted names of the directory dfd (closed by the caller). */
-static void sorted_names(int dfd, sbx_strv_t *names)
+/* readdir and find walk with the search walker (walk.h) in its VISIT mode: every entry, in
+ * strcmp order, each before its children; symlinks reported, never followed. Paths are the
+ * request's path (less one trailing '/') + "/" + the path below it. */
+static void info_walk_run(struct info_walk *iw, int dfd, const char *path, int max_depth,
+                          int (*visit)(sbx_walker_t *, int, const sbx_walk_entry_t *, const char *))
 {
-  int fd = dup(dfd);
-  if (fd < 0)
-    return;
-  cleanup_dir DIR *d = fdopendir(fd);
-  if (d == NULL) {
-    close(fd);
-    return;
-  }
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, ".."))
-      sbx_strv_push(names, de->d_name);
-  sbx_strv_sort(names);
+  sbx_walker_t w;
+  sbx_walker_init(&w, SBX_WALK_VISIT, 0);
+  w.max_depth = max_depth;
+  w.visit = visit;
+  w.arg = iw;
+  size_t n = strlen(path);
+  sbx_walker_set_base_n(&w, path, n > 0 && path[n - 1] == '/' ? n - 1 : n);
+  sbx_walk_run(&w, dfd);
+  sbx_walker_fini(&w);
 }
 
-static char *join_path(const char *dir, const char *name)
+/* readdir: children, each followed by its own children, down to depth. */
+static int readdir_visit(sbx_walker_t *w, int dir_fd, const sbx_walk_entry_t *e, const char *path)
 {
-  size_t n = strlen(dir);
-  return xasprintf("%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
-}
-
-/* Children (sorted), each followed by its own children, down to depth; links not followed. */
-static void readdir_walk(struct info_walk *iw, int dfd, const char *path, int depth)
-{
-  sbx_strv_t names = {0};
-  sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->items.failed == 0 && !iw->truncated; i++) {
-    struct stat st;
-    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    cleanup_free char *child = join_path(path, names.v[i]);
-    if (info_emit(iw, child, &st) < 0)
-      break;
-    if (S_ISDIR(st.st_mode) && depth > 1) {
-      int sub = openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) {
-        readdir_walk(iw, sub, child, depth - 1);
-        close(sub);
-      }
-    }
-  }
-  sbx_strv_free(&names);
+  struct info_walk *iw = w->arg;
+  struct stat st;
+  if (fstatat(dir_fd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return 0;
+  if (info_emit(iw, path, &st) < 0 || iw->truncated)
+    return -1;
+  return 0;
 }
 
 int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
@@ -855,8 +839,11 @@ int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   }
   struct info_walk iw = {.items = {.c = c}};
-  if (depth > 0)
-    readdir_walk(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth);
+  if (depth > 0) {
+    info_walk_run(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth,
+                  readdir_visit);
+    dfd = -1; /* the walker took it */
+  }
   return agent_items_finish(&iw.items, iw.truncated);
 }
 
@@ -934,29 +921,19 @@ static bool name_matches(const sbx_strv_t *pats, const char *name)
   return false;
 }
 
-static void find_walk(struct info_walk *iw, int dfd, const char *path, const sbx_strv_t *pats,
-                      int depth)
+/* find: the non-directories whose name matches, at any depth (directories down to depth
+ * SBX_SEARCH_MAX_DEPTH are entered). */
+static int find_visit(sbx_walker_t *w, int dir_fd, const sbx_walk_entry_t *e, const char *path)
 {
-  sbx_strv_t names = {0};
-  sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->items.failed == 0 && !iw->truncated; i++) {
-    struct stat st;
-    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    cleanup_free char *child = join_path(path, names.v[i]);
-    if (S_ISDIR(st.st_mode)) {
-      int sub = depth < SBX_SEARCH_MAX_DEPTH
-                    ? openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    : -1;
-      if (sub >= 0) {
-        find_walk(iw, sub, child, pats, depth + 1);
-        close(sub);
-      }
-    } else if (name_matches(pats, names.v[i])) {
-      info_emit(iw, child, &st);
-    }
-  }
-  sbx_strv_free(&names);
+  struct info_walk *iw = w->arg;
+  if (e->type == DT_DIR || !name_matches(iw->pats, e->name))
+    return 0;
+  struct stat st;
+  if (fstatat(dir_fd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+    return 0;
+  if (info_emit(iw, path, &st) < 0 || iw->truncated)
+    return -1;
+  return 0;
 }
 
 int agent_find(struct agent_conn *c, const char *payload, size_t len)
@@ -975,8 +952,9 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
     memmove(p, p + 1, strlen(p + 1) + 1);
   sbx_strv_t pats = {0};
   expand_braces(pat, &pats, 0);
-  struct info_walk iw = {.items = {.c = c}};
-  find_walk(&iw, dfd, path, &pats, 0);
+  struct info_walk iw = {.items = {.c = c}, .pats = &pats};
+  info_walk_run(&iw, dfd, path, SBX_SEARCH_MAX_DEPTH + 1, find_visit);
+  dfd = -1; /* the walker took it */
   sbx_strv_free(&pats);
   return agent_items_finish(&iw.items, iw.truncated);
 }

@@ -146,7 +146,8 @@ static void frame_read(sbx_walker_t *w, sbx_walk_frame_t *f)
       if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
         continue;
       size_t len = strlen(name);
-      if (sbx_search_ignored_segment(name, len))
+      bool every = w->mode == SBX_WALK_VISIT; /* every name, of every type */
+      if (!every && sbx_search_ignored_segment(name, len))
         continue;
       unsigned char type = d->d_type;
       if (type == DT_UNKNOWN) {
@@ -155,7 +156,7 @@ static void frame_read(sbx_walker_t *w, sbx_walk_frame_t *f)
           continue;
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
       }
-      if (type != DT_DIR && type != DT_REG)
+      if (!every && type != DT_DIR && type != DT_REG)
         continue; /* symlinks, devices, fifos, sockets */
       if (f->names_len + len + 1 > f->names_cap) {
         size_t cap = f->names_cap ? f->names_cap : 4096;
@@ -295,7 +296,7 @@ static void dir_visit(sbx_walker_t *w, size_t level)
 static void descend(sbx_walker_t *w, size_t level, const sbx_walk_entry_t *e)
 {
   const sbx_walk_frame_t *f = &w->frames[level];
-  if (f->depth + 1 >= SBX_SEARCH_MAX_DEPTH) {
+  if (f->depth + 1 >= SBX_SEARCH_MAX_DEPTH && w->mode != SBX_WALK_VISIT) {
     w->incomplete = true;
     return;
   }
@@ -310,7 +311,7 @@ static void descend(sbx_walker_t *w, size_t level, const sbx_walk_entry_t *e)
   size_t path_len = path_set_entry(w, f, e);
   size_t depth = f->depth + 1;
   frame_push(w, fd, depth, path_len);
-  if (w->mode != SBX_WALK_LIST)
+  if (w->mode != SBX_WALK_LIST && w->mode != SBX_WALK_VISIT)
     dir_visit(w, w->nframes - 1);
 }
 
@@ -323,7 +324,7 @@ void sbx_walk_run(sbx_walker_t *w, int rootfd)
     sbx_pathpat_start(w->pat, frame_states(w, 0));
   }
   frame_push(w, rootfd, 0, w->base_len);
-  if (w->mode != SBX_WALK_LIST)
+  if (w->mode != SBX_WALK_LIST && w->mode != SBX_WALK_VISIT)
     dir_visit(w, 0);
   while (w->nframes > 0 && !w->stop) {
     size_t level = w->nframes - 1;
@@ -333,6 +334,17 @@ void sbx_walk_run(sbx_walker_t *w, int rootfd)
       continue;
     }
     const sbx_walk_entry_t *e = &f->ents[f->next++];
+    if (w->mode == SBX_WALK_VISIT) {
+      size_t len = path_set_entry(w, f, e);
+      (void) len;
+      if (w->visit(w, f->fd, e, w->path) < 0) {
+        w->stop = true;
+        break;
+      }
+      if (!w->stop && e->type == DT_DIR && f->depth + 1 < (size_t) w->max_depth)
+        descend(w, level, e);
+      continue;
+    }
     if (w->mode == SBX_WALK_LIST) {
       if (sbx_walk_deadline_tick(w))
         break;
@@ -387,6 +399,11 @@ void sbx_walker_set_base(sbx_walker_t *w, const char *root)
   size_t len = strlen(root);
   while (len > 0 && root[len - 1] == '/')
     len--;
+  sbx_walker_set_base_n(w, root, len);
+}
+
+void sbx_walker_set_base_n(sbx_walker_t *w, const char *root, size_t len)
+{
   path_reserve(w, len + 1);
   memcpy(w->path, root, len);
   w->path[len] = '\0';

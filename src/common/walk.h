@@ -32,7 +32,11 @@ void sbx_search_set_cancel_fd(int fd);
 struct sbx_grep_pattern_s;
 struct sbx_grep_matches_s;
 
-typedef enum { SBX_WALK_LIST, SBX_WALK_GLOB, SBX_WALK_GREP } sbx_walk_mode_t;
+/* LIST, GLOB, GREP: list_dir's, glob's and grep's walks (search.h's rules). VISIT: every entry
+ * of every type, nothing ignored, each directory's entries in strcmp order, each given to
+ * visit() before the walk enters it (directories down to max_depth, the root's children being
+ * at 1; no other depth bound). */
+typedef enum { SBX_WALK_LIST, SBX_WALK_GLOB, SBX_WALK_GREP, SBX_WALK_VISIT } sbx_walk_mode_t;
 
 typedef struct {
   const char *name;
@@ -55,7 +59,7 @@ typedef struct {
 
 typedef struct sbx_walker_s {
   sbx_walk_mode_t mode;
-  int max_depth; /* SBX_WALK_LIST: the caller's depth */
+  int max_depth; /* SBX_WALK_LIST, SBX_WALK_VISIT: the caller's depth */
   bool include_dirs;
   sbx_pathpat_t *pat;            /* glob pattern, or grep's file filter; NULL = every file */
   struct sbx_grep_pattern_s *gp; /* grep */
@@ -89,6 +93,9 @@ typedef struct sbx_walker_s {
   struct sbx_grep_matches_s *out_matches;
   /* SBX_WALK_GREP: searches one regular file (name in dir_fd, reported as path) */
   void (*grep_file)(struct sbx_walker_s *w, int dir_fd, const char *name, const char *path);
+  /* SBX_WALK_VISIT: one entry (its name in dir_fd, its path); < 0 stops the walk */
+  int (*visit)(struct sbx_walker_s *w, int dir_fd, const sbx_walk_entry_t *e, const char *path);
+  void *arg; /* the visitor's */
 } sbx_walker_t;
 
 #define SBX_WALK_POLL_MS 20 /* how often the caller's fd is polled */
@@ -97,8 +104,9 @@ typedef struct sbx_walker_s {
  * cancel fd (sbx_search_set_cancel_fd) is taken. The caller sets limit, pat and the outputs. */
 void sbx_walker_init(sbx_walker_t *w, sbx_walk_mode_t mode, uint64_t deadline_ms);
 void sbx_walker_fini(sbx_walker_t *w);
-/* The reporting base: root without its trailing '/'s. */
+/* The reporting base: root without its trailing '/'s (or its first len bytes). */
 void sbx_walker_set_base(sbx_walker_t *w, const char *root);
+void sbx_walker_set_base_n(sbx_walker_t *w, const char *root, size_t len);
 /* Walks the tree below rootfd (taken over). */
 void sbx_walk_run(sbx_walker_t *w, int rootfd);
 /* True (and the walk stopped, as timed out) once the deadline has passed or the caller has
