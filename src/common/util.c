@@ -206,15 +206,15 @@ void sbx_strv_free(sbx_strv_t *s)
   s->n = s->cap = 0;
 }
 
-static int cmp_str(const void *a, const void *b)
+int sbx_strcmp_p(const void *a, const void *b)
 {
-  return strcmp(*(char *const *) a, *(char *const *) b);
+  return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
 void sbx_strv_sort(sbx_strv_t *s)
 {
   if (s->n > 1)
-    qsort(s->v, s->n, sizeof(char *), cmp_str);
+    qsort(s->v, s->n, sizeof(char *), sbx_strcmp_p);
 }
 
 int sbx_write_all(int fd, const void *buf, size_t len)

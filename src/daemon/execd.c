@@ -657,11 +657,6 @@ static void session_update(struct job *j)
   sbx_buf_free(&b);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-  return strcmp(*(const char *const *) a, *(const char *const *) b);
-}
-
 static enum MHD_Result h_session_run(struct req *r)
 {
   const char *p = r->sub + strlen("/session/");
@@ -696,7 +691,7 @@ static enum MHD_Result h_session_run(struct req *r)
     const char *key;
     json_t *v;
     json_object_foreach(s->env, key, v) keys[k++] = key;
-    qsort(keys, k, sizeof *keys, cmp_str);
+    qsort(keys, k, sizeof *keys, sbx_strcmp_p);
     for (size_t i = 0; i < k; i++) {
       cleanup_free char *q = sbx_shell_quote(json_string_value(json_object_get(s->env, keys[i])));
       sbx_buf_printf(&script, "export %s=%s\n", keys[i], q);
