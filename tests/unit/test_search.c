@@ -783,6 +783,21 @@ static void test_cancel_fd(void **state)
   sbx_search_set_cancel_fd(-1);
   close(sv[0]);
   waitpid(pid, NULL, 0);
+
+  /* a client that only shut down its writing side is still there: the search runs to its end */
+  write_text(root, "hit.txt", "hit\n");
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
+  sbx_search_set_cancel_fd(sv[0]);
+  cleanup_free char *hit = xasprintf("%s/hit.txt", root);
+  t = true;
+  assert_int_equal(sbx_search_grep(hit, "(h)i\\1*t", NULL, false, true, 10, 0, &m, &t, &err), 0);
+  assert_false(t);
+  assert_int_equal(m.n, 1);
+  sbx_search_matches_free(&m);
+  sbx_search_set_cancel_fd(-1);
+  close(sv[0]);
+  close(sv[1]);
 }
 
 static void test_max_depth_bound(void **state)
