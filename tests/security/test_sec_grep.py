@@ -12,6 +12,7 @@ from sbxsec import WS
 
 EVIL = r"(.*)(.*)(.*)(.*)(.*)\5\4\3\2\1x"
 TICK = os.sysconf("SC_CLK_TCK")
+WINDOW = 3.0  # seconds each CPU rate is measured over
 
 
 def _children():
@@ -51,24 +52,25 @@ def test_grep_backtracking_stops_with_its_client(sbx):
     pid = sbxsec.sandbox_pid(sbx, thread)
     assert pid
 
+    # (rates, not absolute times: the host's CPUs may be shared with other work)
     client = sbxsec.spawn_cli(sbx, "grep", "-t", thread, WS, EVIL, "--json")
     try:
         time.sleep(1.0)
         c0 = sandbox_cpu(pid)
-        time.sleep(2.0)
-        burnt = sandbox_cpu(pid) - c0
+        time.sleep(WINDOW)
+        burning = (sandbox_cpu(pid) - c0) / WINDOW
         assert client.poll() is None, "the search ended on its own: no positive control"
-        print("while the client waits: %.2f s of CPU in 2 s" % burnt)
-        assert burnt > 1.0, burnt  # positive control: the pattern does burn a CPU
+        print("while the client waits: %.2f CPU" % burning)
+        assert burning > 0.1, burning  # positive control: the pattern does burn a CPU
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait()
     time.sleep(1.0)  # the search looks at its client every 20 ms
     c1 = sandbox_cpu(pid)
-    time.sleep(3.0)
-    after = sandbox_cpu(pid) - c1
-    print("after the client went away: %.2f s of CPU in 3 s" % after)
-    assert after < 0.5, "sbx-init still burns CPU for a client that has gone: %.2f s" % after
+    time.sleep(WINDOW)
+    after = (sandbox_cpu(pid) - c1) / WINDOW
+    print("after the client went away: %.2f CPU" % after)
+    assert after < burning / 4, "sbx-init still burns %.2f CPU for a client that has gone" % after
 
     # the sandbox still serves, searches included
     p = sbx.run("grep", "-t", thread, WS, "xa+$", "--json", check=0)
