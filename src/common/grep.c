@@ -85,7 +85,8 @@ static void grep_matches_pop(sbx_grep_matches_t *m)
 
 /* --- grep one file ------------------------------------------------------------------------ */
 
-/* One match as a grep worker sends it to its walker. */
+/* One match as a grep worker sends it to its walker; the last record says the file is done. */
+#define WORKER_DONE UINT64_MAX
 typedef struct {
   uint64_t line_no, off, len;
 } worker_rec_t;
@@ -275,7 +276,11 @@ static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, s
     w->deadline_ms = 0;
     w->cancel_fd = -1;
     grep_buffer(w, path, buf, len, cls);
-    _exit(0);
+    worker_rec_t fin = {WORKER_DONE, 0, 0};
+    if (sbx_write_all(sv[1], &fin, sizeof fin) < 0)
+      _exit(1);
+    for (;;)
+      pause(); /* killed by the walker: nothing of the search's state to tear down */
   }
   close(sv[1]);
   worker_rec_t rec;
@@ -297,14 +302,16 @@ static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, s
     ssize_t r = read(sv[0], (char *) &rec + got, sizeof rec - got);
     if (r < 0 && errno == EINTR)
       continue;
-    if (r <= 0) {
-      done = r == 0 && got == 0;
-      break;
-    }
+    if (r <= 0)
+      break; /* the child died before its last record */
     got += (size_t) r;
     if (got < sizeof rec)
       continue;
     got = 0;
+    if (rec.line_no == WORKER_DONE) {
+      done = true;
+      break;
+    }
     if (rec.off > len || rec.len > len - rec.off) {
       break; /* not from our child: drop it, incomplete */
     }
@@ -312,12 +319,9 @@ static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, s
   }
   kill(pid, SIGKILL);
   close(sv[0]);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
     ;
   if (!done && !w->stop)
-    w->incomplete = true;
-  if (done && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
     w->incomplete = true;
 }
 
