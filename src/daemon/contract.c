@@ -12,71 +12,10 @@
 #include "ctx.h"
 #include "registry.h"
 
+#include "base64.h"
+
 #include <math.h>
 #include <string.h>
-
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const unsigned char *d, size_t n)
-{
-  char *out = xmalloc(((n + 2) / 3) * 4 + 1);
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t) d[i] << 16;
-    if (i + 1 < n)
-      v |= (uint32_t) d[i + 1] << 8;
-    if (i + 2 < n)
-      v |= d[i + 2];
-    out[o++] = b64chars[(v >> 18) & 63];
-    out[o++] = b64chars[(v >> 12) & 63];
-    out[o++] = i + 1 < n ? b64chars[(v >> 6) & 63] : '=';
-    out[o++] = i + 2 < n ? b64chars[v & 63] : '=';
-  }
-  out[o] = '\0';
-  return out;
-}
-
-static int b64_val(char c)
-{
-  const char *p = c ? strchr(b64chars, c) : NULL;
-  return p ? (int) (p - b64chars) : -1;
-}
-
-/* Standard base64 with padding (whitespace ignored); NULL if malformed. */
-static unsigned char *b64_decode(const char *s, size_t *len)
-{
-  size_t n = strlen(s);
-  unsigned char *out = xmalloc(n / 4 * 3 + 3);
-  size_t o = 0;
-  uint32_t acc = 0;
-  int bits = 0, pad = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
-      continue;
-    if (c == '=') {
-      pad++;
-      continue;
-    }
-    int v = b64_val(c);
-    if (v < 0 || pad) {
-      free(out);
-      return NULL;
-    }
-    acc = (acc << 6) | (uint32_t) v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[o++] = (unsigned char) (acc >> bits);
-    }
-  }
-  if (pad > 2 || bits >= 6) {
-    free(out);
-    return NULL;
-  }
-  *len = o;
-  return out;
-}
 
 static enum MHD_Result invalid(struct req *r, const char *msg)
 {
@@ -185,7 +124,7 @@ static enum MHD_Result op_update(struct req *r, struct box *b, json_t *body)
   if (path == NULL || data == NULL)
     return invalid(r, "path and content_base64 must be strings");
   size_t len = 0;
-  cleanup_free unsigned char *bytes = b64_decode(data, &len);
+  cleanup_free unsigned char *bytes = sbx_base64_decode(data, strlen(data), &len);
   if (bytes == NULL)
     return invalid(r, "content_base64 is not valid base64");
   sbx_error_t err = NULL;
@@ -204,7 +143,7 @@ static enum MHD_Result op_download(struct req *r, struct box *b, json_t *body)
   sbx_error_t err = NULL;
   if (sbx_download_file(b->sb, path, &data, &len, &err) < 0)
     return sbxd_lib_error(r, &err);
-  char *enc = b64_encode(data, len);
+  char *enc = sbx_base64_encode(data, len);
   free(data);
   json_t *j = json_pack("{s:s,s:I}", "content_base64", enc, "size", (json_int_t) len);
   free(enc);

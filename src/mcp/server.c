@@ -6,6 +6,7 @@
  * is never released under a running call. A cancelled request's command is killed (SIGKILL to
  * its process group, as a timeout does) and the request gets no response, as the spec asks. */
 #include "mcp.h"
+#include "base64.h"
 
 #include "text.h"
 #include "util.h"
@@ -274,64 +275,6 @@ static int64_t aint(json_t *args, const char *k, int64_t def)
 
 #define PATH_D "Absolute path inside the sandbox (no '..' segments)"
 
-/* ---- base64 (update_file's input, download_file's and resources' blobs) ---- */
-
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const unsigned char *d, size_t n)
-{
-  char *out = xmalloc(((n + 2) / 3) * 4 + 1);
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t) d[i] << 16;
-    if (i + 1 < n)
-      v |= (uint32_t) d[i + 1] << 8;
-    if (i + 2 < n)
-      v |= d[i + 2];
-    out[o++] = b64chars[(v >> 18) & 63];
-    out[o++] = b64chars[(v >> 12) & 63];
-    out[o++] = i + 1 < n ? b64chars[(v >> 6) & 63] : '=';
-    out[o++] = i + 2 < n ? b64chars[v & 63] : '=';
-  }
-  out[o] = '\0';
-  return out;
-}
-
-/* Standard base64, padding optional, whitespace ignored; NULL if malformed. */
-static unsigned char *b64_decode(const char *s, size_t n, size_t *len)
-{
-  unsigned char *out = xmalloc(n / 4 * 3 + 3);
-  size_t o = 0;
-  uint32_t acc = 0;
-  int bits = 0, pad = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
-      continue;
-    if (c == '=') {
-      pad++;
-      continue;
-    }
-    const char *p = c ? strchr(b64chars, c) : NULL;
-    if (p == NULL || pad) {
-      free(out);
-      return NULL;
-    }
-    acc = (acc << 6) | (uint32_t) (p - b64chars);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[o++] = (unsigned char) (acc >> bits);
-    }
-  }
-  if (pad > 2 || bits >= 6) {
-    free(out);
-    return NULL;
-  }
-  *len = o;
-  return out;
-}
-
 /* ---- file URIs of resources ---- */
 
 static char *path_to_uri(const char *path)
@@ -420,7 +363,7 @@ static json_t *resource_contents(const char *path, const void *data, size_t len)
   if (text) {
     json_object_set_new(j, "text", json_stringn(data, len));
   } else {
-    char *b = b64_encode(data, len);
+    char *b = sbx_base64_encode(data, len);
     json_object_set_new(j, "blob", json_string(b));
     free(b);
   }
@@ -638,7 +581,7 @@ static json_t *tool_update(struct ctx *c, json_t *args)
   json_t *data = json_object_get(args, "content_base64");
   size_t len = 0;
   cleanup_free unsigned char *bytes =
-      b64_decode(json_string_value(data), json_string_length(data), &len);
+      sbx_base64_decode(json_string_value(data), json_string_length(data), &len);
   if (bytes == NULL)
     return bad_args("'content_base64' is not valid base64");
   sbx_error_t err = NULL;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "text.h"
 #include "util.h"
 
@@ -184,13 +185,51 @@ static void test_truncation_marker(void **state)
   free(r);
 }
 
+static void test_base64(void **state)
+{
+  (void) state;
+  static const struct {
+    const char *plain, *enc;
+  } v[] = {{"", ""},
+           {"f", "Zg=="},
+           {"fo", "Zm8="},
+           {"foo", "Zm9v"},
+           {"foob", "Zm9vYg=="},
+           {"fooba", "Zm9vYmE="},
+           {"foobar", "Zm9vYmFy"}}; /* RFC 4648 10 */
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    char *e = sbx_base64_encode((const unsigned char *) v[i].plain, strlen(v[i].plain));
+    assert_string_equal(e, v[i].enc);
+    free(e);
+    size_t n = 99;
+    unsigned char *d = sbx_base64_decode(v[i].enc, strlen(v[i].enc), &n);
+    assert_non_null(d);
+    assert_int_equal(n, strlen(v[i].plain));
+    assert_memory_equal(d, v[i].plain, n);
+    free(d);
+  }
+  size_t n;
+  unsigned char *d = sbx_base64_decode("Zm9v\nYmFy", 9, &n); /* whitespace ignored */
+  assert_non_null(d);
+  assert_memory_equal(d, "foobar", 6);
+  free(d);
+  d = sbx_base64_decode("Zm8", 3, &n); /* padding optional */
+  assert_non_null(d);
+  assert_int_equal(n, 2);
+  free(d);
+  assert_null(sbx_base64_decode("Zm=9v", 5, &n)); /* data after padding */
+  assert_null(sbx_base64_decode("Zm9v!", 5, &n)); /* not the alphabet */
+  assert_null(sbx_base64_decode("Z", 1, &n));     /* a lone sextet is no byte */
+  assert_null(sbx_base64_decode("Zg===", 5, &n)); /* too much padding */
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_line_range),        cmocka_unit_test(test_utf8),
       cmocka_unit_test(test_utf8_next),         cmocka_unit_test(test_shell_quote),
       cmocka_unit_test(test_env_keys),          cmocka_unit_test(test_render),
-      cmocka_unit_test(test_truncation_marker),
+      cmocka_unit_test(test_truncation_marker), cmocka_unit_test(test_base64),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
