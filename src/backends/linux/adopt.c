@@ -97,7 +97,7 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
   cleanup_close int tree = -1;
   if (user_data && *user_data) {
     tree = sbx_open_tree_nofollow(user_data, false);
-    if (tree < 0)
+    if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0)
       return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
                             user_data);
   }

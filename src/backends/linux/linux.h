@@ -4,9 +4,14 @@
 #ifndef SBX_LINUX_H
 #define SBX_LINUX_H
 
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "util.h"
@@ -47,6 +52,17 @@ struct sbx_launch_spec {
   size_t n_mounts;
 };
 
+/* A detached mount (open_tree) made nosuid and nodev, recursively, before it is attached in a
+ * sandbox: files a sandbox writes in its thread folder or a volume are owned by its host ids
+ * and must never gain those ids or a device for anyone (nor exec is refused: the workspace
+ * runs programs, by contract). */
+static inline int sbx_tree_nosuid_nodev(int tree)
+{
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+  return (int) syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                       sizeof attr);
+}
+
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;
 int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
@@ -64,6 +80,13 @@ struct sbx_cgroup {
   bool unified;
   char *path[SBX_CG_MAX];
 };
+
+/* What a sandbox may hold in TCP buffers on cgroup v1 (where they are not part of the memory
+ * limit): a quarter of its memory limit, at least 16 MiB. */
+static inline uint64_t sbx_cgroup_tcp_bytes(uint64_t memory_bytes)
+{
+  return memory_bytes / 4 > (16u << 20) ? memory_bytes / 4 : 16u << 20;
+}
 
 /* Creates the cgroup for id below the caller's own cgroup (".../sbx/<id>") and writes limits. */
 int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
@@ -88,6 +111,9 @@ char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);
 
+/* Pseudo-terminals a sandbox may hold open at once (its devpts's max=). */
+#define SBX_PTY_MAX 128
+
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
 /* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
 int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
@@ -100,12 +126,17 @@ int sbx_net_setup_loopback(sbx_error_t *err);
  * non-dumpable and installs the default seccomp filter. */
 int sbx_confine(sbx_error_t *err);
 /* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
- * sbxd, a program linking libsbx): RLIMIT_NOFILE hard SBX_NOFILE_MAX (commands get
+ * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx_nofile_max() (commands get
  * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's
  * defaults for the per-user kernel resources, and no limit where a cgroup is the bound.
  * Needs host privilege (raising a hard limit): called before the user namespace is entered. */
 #define SBX_NOFILE_MAX 524288
 #define SBX_NOFILE_CMD 1024
+/* One process of a sandbox may hold at most 1/SBX_NOFILE_SHARE of the host's file table
+ * (fs.file-max, shared by every process on the host), never fewer than SBX_NOFILE_MIN. */
+#define SBX_NOFILE_SHARE 64
+#define SBX_NOFILE_MIN 4096
+rlim_t sbx_nofile_max(void);
 #define SBX_SIGPENDING 16384
 int sbx_confine_rlimits(sbx_error_t *err);
 

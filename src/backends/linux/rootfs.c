@@ -179,8 +179,11 @@ static int dev_setup(int rootfd, const char *root, sbx_error_t *err)
   symlinkat("/proc/self/fd/1", dev, "stdout");
   symlinkat("/proc/self/fd/2", dev, "stderr");
   cleanup_free char *pts = xasprintf("%s/dev/pts", root);
-  if (mnt("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620",
-          err) < 0)
+  /* max=: every devpts instance but the host's draws from one host-wide pool (kernel.pty.max
+   * less kernel.pty.reserve, 3072 by default) */
+  char pts_opts[96];
+  snprintf(pts_opts, sizeof pts_opts, "newinstance,ptmxmode=0666,mode=0620,max=%u", SBX_PTY_MAX);
+  if (mnt("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, pts_opts, err) < 0)
     return -1;
   cleanup_free char *shm = xasprintf("%s/dev/shm", root);
   if (mnt("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k", err) < 0)
@@ -267,6 +270,8 @@ static int user_mounts(int rootfd, const struct sbx_launch_spec *s, sbx_error_t 
     cleanup_close int fd = mountpoint_in_root(rootfd, m->container, S_ISDIR(st.st_mode), err);
     if (fd < 0)
       return -1;
+    if (sbx_tree_nosuid_nodev(tree) < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", m->host);
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
     if (m->read_only &&
         syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
@@ -353,7 +358,8 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
     /* libsbx made the folder and its parents without following symlinks; none is followed here
      * either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
     cleanup_close int tree = sbx_open_tree_nofollow(s->user_data, false);
-    if (tree < 0 || syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0 ||
+        syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
                             s->user_data);
   } else {
