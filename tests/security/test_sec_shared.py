@@ -3,10 +3,12 @@ kernel budgets"): socket families (AF_VSOCK reaches the VM host), Linux AIO (fs.
 pseudo-terminal pool, TCP buffer memory on cgroup v1, the host's file table, and the mount flags
 of the folders a sandbox writes for the host. Each test runs its probe on the host (or in a
 state the fix does not change) first: the positive control that the probe can succeed."""
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -258,3 +260,143 @@ def test_file_table_share_is_bounded(sbx, thread):
     assert soft == 1024 and int(r2["stdout"]) == hard and hard >= 4096, (r, r2)
     assert hard <= max(4096, file_max // 64), "one process may hold %d of %d files" % (
         hard, file_max)
+
+
+PIPES = r'''
+import fcntl, os, resource, sys, time
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+def new_pipe():
+    r, w = os.pipe()
+    size = fcntl.fcntl(w, F_GETPIPE_SZ)
+    try:
+        fcntl.fcntl(w, F_SETPIPE_SZ, 1 << 20)
+        grow = "ok"
+    except OSError as e:
+        grow = os.strerror(e.errno)
+    os.close(r); os.close(w)
+    return size, grow
+if sys.argv[1] == "hold":
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = [os.pipe() for _ in range(int(sys.argv[2]))]
+    size, grow = new_pipe()
+    print("held", len(held), size, grow, flush=True)
+    time.sleep(float(sys.argv[3]))
+else:
+    print("pipe", *new_pipe())
+'''
+
+
+def uid_map_base(pid):
+    with open("/proc/%d/uid_map" % pid) as f:
+        inside, base, count = (int(x) for x in f.read().split())
+    assert inside == 0 and count == 65536
+    return base
+
+
+def test_each_sandbox_has_host_ids_of_its_own(make_sbx, tmp_path):
+    """All sandboxes ran as host uids 100000 + n: the kernel's per-user budgets were shared (a
+    sandbox's 1,088 idle pipes shrank every other sandbox's new pipes), and a host user whose
+    /etc/subuid covers 100000-165535 could enter every sandbox's id space. Each sandbox gets a
+    range of its own, outside /etc/subuid and /etc/subgid, recorded in its metadata, locked for
+    as long as it lives; its files in the thread folder keep the owner 100000 on disk."""
+    s = make_sbx(pids=4096)
+    a, b = sbxsec.new_thread("pipes"), sbxsec.new_thread("neighbour")
+    s.run("upload", "-t", a, WS + "/pipes.py", input=PIPES.encode(), check=0)
+    s.run("upload", "-t", b, WS + "/pipes.py", input=PIPES.encode(), check=0)
+    pa, pb = sbxsec.sandbox_pid(s, a), sbxsec.sandbox_pid(s, b)
+    base_a, base_b = uid_map_base(pa), uid_map_base(pb)
+    assert base_a != base_b and abs(base_a - base_b) >= 65536, (base_a, base_b)
+    metas = {}
+    for d in os.listdir(os.path.join(s.home, "sandboxes")):
+        with open(os.path.join(s.home, "sandboxes", d, "meta")) as f:
+            m = json.load(f)
+        metas[m.get("thread")] = m.get("uid_base")
+    assert metas[a] == base_a and metas[b] == base_b, metas
+    for base in (base_a, base_b):
+        assert not (base < 165536 and base + 65536 > 100000), base  # Debian's first subuid range
+    # a thread's files keep their on-disk owner whatever range its sandbox had
+    s.sh(a, "echo x > %s/mine" % WS)
+    st = os.stat(os.path.join(sbxsec.thread_dir(s, a), "workspace", "mine"))
+    assert (st.st_uid, st.st_gid) == (100000, 100000), st
+    # the per-user pipe budget (fs.pipe-user-pages-soft): the attacker exhausts its own ...
+    with open("/proc/sys/fs/pipe-user-pages-soft") as f:
+        soft_pages = int(f.read())
+    n = soft_pages // 16 + 64
+    p = sbxsec.spawn_cli(s, "exec", "-t", a, "--", "python3 %s/pipes.py hold %d 3" % (WS, n),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = p.stdout.readline().decode().split()
+        assert line and line[0] == "held", (line, p.stderr.read())
+        neighbour = s.sh(b, "python3 %s/pipes.py probe" % WS)["stdout"].split()
+    finally:
+        p.communicate(timeout=60)
+    print("pipes: attacker held %s, its next pipe %s B (%s); neighbour's %s B (%s)" % (
+        line[1], line[2], line[3], neighbour[1], neighbour[2]))
+    # positive control: the budget is reached (the attacker's own new pipe is shrunk)
+    assert int(line[2]) < 65536 and line[3] != "ok", line
+    assert neighbour[1:] == ["65536", "ok"], neighbour
+
+
+def test_id_ranges_avoid_subuid_and_are_freed_with_the_sandbox(tmp_path):
+    """A range never overlaps an /etc/subuid or /etc/subgid entry (here one covering half of the
+    ranges' space, bound over the host's file in a private mount namespace), and is taken until
+    the sandbox is gone."""
+    lo, half = 0x10000000, 0x18000000
+    sub = tmp_path / "subuid"
+    sub.write_text("alice:%d:%d\n" % (lo, half))
+    home = tmp_path / "home-ids"
+    home.mkdir()
+    s = sbxsec.Sbx(home)
+    script = ("mount --bind %s /etc/subuid && mount --bind %s /etc/subgid && exec \"$@\"" %
+              (sub, sub))
+    bases = []
+    try:
+        for i in range(4):
+            t = sbxsec.new_thread("ids")
+            p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                                "sh"] + s.cmd("exec", "-t", t, "--", "true"),
+                               capture_output=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            bases.append(uid_map_base(sbxsec.sandbox_pid(s, t)))
+        assert all(b >= lo + half for b in bases), [hex(b) for b in bases]
+        # positive control: the slot of a live sandbox is locked; freed once it is removed
+        slot = "/run/sbx/id-ranges/%d" % bases[-1]
+        fd = os.open(slot, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            s.down()
+            for _ in range(50):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.1)
+            else:
+                pytest.fail("the range of a destroyed sandbox stays taken")
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    finally:
+        s.down()
+
+
+def test_spares_take_ranges_too(request, tmp_path):
+    """A spare adopted for a thread keeps its own range; the thread's files are the thread's."""
+    home = tmp_path / "home-spares"
+    home.mkdir()
+    cfg = sbxsec.write_config(tmp_path / "spares.yaml", spares=1)
+    s = sbxsec.Sbx(home, cfg)
+    request.addfinalizer(s.down)
+    s.sh(sbxsec.new_thread("warm"), "true")
+    for _ in range(100):  # the detached filler makes the spare
+        if len(os.listdir(os.path.join(s.home, "sandboxes"))) >= 2:
+            break
+        time.sleep(0.1)
+    t = sbxsec.new_thread("adopted")
+    r = s.sh(t, "echo x > %s/f && stat -c '%%u %%g' %s/f && cat /proc/self/uid_map" % (WS, WS))
+    out = r["stdout"].split()
+    assert out[:2] == ["0", "0"] and out[2] == "0" and int(out[3]) >= 0x10000000, r
+    st = os.stat(os.path.join(sbxsec.thread_dir(s, t), "workspace", "f"))
+    assert (st.st_uid, st.st_gid) == (100000, 100000)

@@ -16,8 +16,22 @@
 #include "error.h"
 #include "util.h"
 
-#define SBX_UID_BASE 100000u /* host id of the sandbox's root */
+/* On-disk owner of what a sandbox writes for the host (thread folder, volumes: idmapped to
+ * the sandbox's own range), and the range of a sandbox whose folders cannot be idmapped. */
+#define SBX_UID_BASE 100000u
 #define SBX_UID_COUNT 65536u
+/* ---- ids.c: every sandbox's own host id range (see there) ---- */
+#define SBX_RANGE_PARENT "/run/sbx"
+#define SBX_RANGE_DIR "/run/sbx/id-ranges"
+#define SBX_RANGE_FIRST 0x10000000u /* up to SBX_OWNER_BASE */
+#define SBX_RANGE_SLOTS 12288u
+/* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
+ * life), its first id in *base. */
+int sbx_ids_claim(uint32_t *base, sbx_error_t *err);
+/* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). */
+int sbx_ids_idmap_userns(uint32_t base, sbx_error_t *err);
+/* Idmaps a detached mount (recursively) with that namespace. */
+int sbx_tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
  * so no two running sandboxes share one. The kernel charges per-user counters (inotify
  * instances and watches, mqueue bytes, pending signals) to the namespace's owner: each sandbox
@@ -50,6 +64,9 @@ struct sbx_launch_spec {
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
+  /* the launcher's own, not on the wire: */
+  uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
+  int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
 };
 
 /* A detached mount (open_tree) made nosuid and nodev, recursively, before it is attached in a
@@ -116,7 +133,9 @@ void sbx_cgroup_free(struct sbx_cgroup *cg);
 
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
 /* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
-int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
+/* Falls back to s->uid_base = SBX_UID_BASE (no idmapping) when the thread folder or a writable
+ * mount is on a file system that cannot be idmapped. */
+int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err);
 /* pivot_root into it, detach the host's tree, make / read-only. */
 int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err);
 int sbx_net_setup_loopback(sbx_error_t *err);
