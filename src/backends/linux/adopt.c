@@ -110,6 +110,9 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
     return sbx_make_error(err, pidfd < 0 ? errno : ESRCH, SBX_E_BACKEND,
                           "sandbox %s: the spare's init is gone", id);
   cleanup_close int tree = -1;
+  if (user_data && *user_data && in->cfg->user_data_size_mib &&
+      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+    return -1;
   if (user_data && *user_data) {
     tree = sbx_open_tree_nofollow(user_data, false);
     if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0)

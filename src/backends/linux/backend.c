@@ -85,6 +85,9 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
+  if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
+      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+    return -1;
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);

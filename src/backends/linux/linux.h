@@ -80,6 +80,10 @@ static inline int sbx_tree_nosuid_nodev(int tree)
                        sizeof attr);
 }
 
+/* ---- quota.c (library side): the thread folder as a size-capped ext4 image, loop-mounted on
+ * the host at the folder itself (once; see there) ---- */
+int sbx_user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err);
+
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;
 int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
