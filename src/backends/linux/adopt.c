@@ -124,11 +124,15 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
     if (base == 0)
       return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
     if (base != SBX_UID_BASE) {
-      cleanup_close int userns = sbx_ids_idmap_userns(base, err);
+      struct sbx_idmap_helper helper = {0};
+      cleanup_close int userns = sbx_ids_idmap_userns(base, &helper, err);
       if (userns < 0)
         return -1;
-      if (sbx_tree_idmap(tree, userns) < 0)
-        return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox %s: idmap `%s`", id, user_data);
+      int r = sbx_tree_idmap(tree, userns);
+      int e = errno;
+      sbx_ids_idmap_reap(&helper);
+      if (r < 0)
+        return sbx_make_error(err, e, SBX_E_BACKEND, "sandbox %s: idmap `%s`", id, user_data);
     }
     in->meta.uid_base = base;
   }

@@ -90,36 +90,51 @@ static int idle(void *arg)
   return 0;
 }
 
-int sbx_ids_idmap_userns(uint32_t base, sbx_error_t *err)
+int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err)
 {
   /* a user namespace needs a process only while its maps are written and it is opened: a
-   * child sharing our memory (no copy of the page tables), killed at once */
+   * child sharing our memory (no copy of the page tables), killed at once and reaped later
+   * (waiting for its exit here would be most of the cost) */
   enum { STACK = 16384 };
-  cleanup_free char *stack = xmalloc(STACK); /* one per call: libsbx callers are threads */
-  pid_t pid = clone(idle, stack + STACK, CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL);
-  if (pid < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create the id-mapping namespace");
+  h->stack = xmalloc(STACK); /* one per call: libsbx callers are threads */
+  h->pid = clone(idle, (char *) h->stack + STACK, CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL);
+  if (h->pid < 0) {
+    int e = errno;
+    free(h->stack);
+    h->stack = NULL;
+    return sbx_make_error(err, e, SBX_E_INTERNAL, "create the id-mapping namespace");
+  }
   char path[64], map[64];
   int n = snprintf(map, sizeof map, "%u %u %u\n", SBX_UID_BASE, base, SBX_UID_COUNT);
   int fd = -1, saved = 0;
   const char *what = "uid_map";
   for (int i = 0; i < 2 && saved == 0; i++, what = "gid_map") {
-    snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, what);
+    snprintf(path, sizeof path, "/proc/%d/%s", (int) h->pid, what);
     cleanup_close int m = open(path, O_WRONLY | O_CLOEXEC);
     if (m < 0 || write(m, map, (size_t) n) != n)
       saved = errno ? errno : EIO;
   }
   if (saved == 0) {
-    snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int) h->pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
       saved = errno;
   }
-  kill(pid, SIGKILL);
-  TEMP_FAILURE_RETRY(waitpid(pid, NULL, __WALL));
-  if (fd < 0)
+  kill(h->pid, SIGKILL);
+  if (fd < 0) {
+    sbx_ids_idmap_reap(h);
     return sbx_make_error(err, saved, SBX_E_INTERNAL, "map the id-mapping namespace (%s)", what);
+  }
   return fd;
+}
+
+void sbx_ids_idmap_reap(struct sbx_idmap_helper *h)
+{
+  if (h->pid > 0)
+    TEMP_FAILURE_RETRY(waitpid(h->pid, NULL, __WALL));
+  h->pid = 0;
+  free(h->stack); /* only once the child that ran on it is gone */
+  h->stack = NULL;
 }
 
 int sbx_tree_idmap(int tree, int userns)

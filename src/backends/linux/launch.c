@@ -141,6 +141,9 @@ static int write_map(pid_t pid, const char *file, uint32_t base, sbx_error_t *er
   return 0;
 }
 
+static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+                     sbx_error_t *err);
+
 static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
                   sbx_error_t *err)
 {
@@ -151,9 +154,18 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
   s->idmap_fd = -1;
   if (range_fd < 0)
     s->uid_base = SBX_UID_BASE;
+  struct sbx_idmap_helper helper = {0};
   if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
-    s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, NULL);
+    s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, &helper, NULL);
   cleanup_close int idmap_fd = s->idmap_fd;
+  int r = launch_in(s, out_pid, cg, err);
+  sbx_ids_idmap_reap(&helper); /* long dead by now: no wait */
+  return r;
+}
+
+static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+                     sbx_error_t *err)
+{
   cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirfd < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "open state dir `%s`", s->state_dir);

@@ -28,8 +28,14 @@
 /* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
  * life), its first id in *base. */
 int sbx_ids_claim(uint32_t *base, sbx_error_t *err);
-/* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). */
-int sbx_ids_idmap_userns(uint32_t base, sbx_error_t *err);
+/* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). The
+ * helper process that made it is dying; sbx_ids_idmap_reap collects it (once, later). */
+struct sbx_idmap_helper {
+  pid_t pid;
+  void *stack;
+};
+int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
+void sbx_ids_idmap_reap(struct sbx_idmap_helper *h);
 /* Idmaps a detached mount (recursively) with that namespace. */
 int sbx_tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
