@@ -152,7 +152,7 @@ int main(int argc, char **argv)
   if (r == 0)
     r = allowlist(ctx, SCMP_SYS(socketpair), 0, allowed_families, ARRAY_LEN(allowed_families),
                   fam_max, EAFNOSUPPORT, NULL);
-  struct scmp_arg_cmp netlink = SCMP_A0(SCMP_CMP_EQ, AF_NETLINK);
+  struct scmp_arg_cmp netlink = {0, SCMP_CMP_EQ, AF_NETLINK, 0};
   if (r == 0)
     r = allowlist(ctx, SCMP_SYS(socket), 2, allowed_netlink, ARRAY_LEN(allowed_netlink),
                   NETLINK_SOCK_DIAG, EPROTONOSUPPORT, &netlink);
