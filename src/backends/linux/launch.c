@@ -157,8 +157,9 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
   struct sbx_idmap_helper helper = {0};
   if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
     s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, &helper, NULL);
-  cleanup_close int idmap_fd = s->idmap_fd;
   int r = launch_in(s, out_pid, cg, err);
+  if (s->idmap_fd >= 0)
+    close(s->idmap_fd); /* the child had its copy */
   sbx_ids_idmap_reap(&helper); /* long dead by now: no wait */
   return r;
 }
