@@ -27,23 +27,43 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-/* The ranges of /etc/subuid and /etc/subgid, "name:first:count" lines. */
+/* One decimal field: digits only (no sign, no space), at most 20 of them; *end past it. */
+static bool subid_number(const char *p, const char **end, unsigned long long *v)
+{
+  if (*p < '0' || *p > '9')
+    return false;
+  errno = 0;
+  char *e;
+  *v = strtoull(p, &e, 10);
+  *end = e;
+  return errno == 0;
+}
+
+bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count)
+{
+  /* "name:first:count" lines; anything else is not an entry */
+  const unsigned long long lo = first, hi = (unsigned long long) first + count; /* [lo, hi) */
+  for (const char *line = text; *line;) {
+    const char *nl = strchrnul(line, '\n');
+    const char *c = memchr(line, ':', (size_t) (nl - line));
+    unsigned long long a, n;
+    const char *e;
+    bool entry =
+        c && subid_number(c + 1, &e, &a) && *e == ':' && subid_number(e + 1, &e, &n) && e == nl;
+    /* [a, a + n) meets [lo, hi); a + n may wrap: then it reaches past hi */
+    if (entry && n > 0 && a < hi && (a + n < a || a + n > lo))
+      return true;
+    line = *nl ? nl + 1 : nl;
+  }
+  return false;
+}
+
 static bool overlaps_subids(const char *file, uint32_t first, uint32_t count)
 {
-  FILE *f = fopen(file, "re");
-  if (f == NULL)
+  cleanup_free char *text = NULL;
+  if (sbx_read_file_at(AT_FDCWD, file, 1 << 20, &text, NULL) < 0)
     return false;
-  char line[512];
-  bool hit = false;
-  while (!hit && fgets(line, sizeof line, f)) {
-    const char *c = strchr(line, ':');
-    unsigned long long a = 0, n = 0;
-    if (c == NULL || sscanf(c + 1, "%llu:%llu", &a, &n) != 2)
-      continue;
-    hit = a < (unsigned long long) first + count && (unsigned long long) first < a + n;
-  }
-  fclose(f);
-  return hit;
+  return sbx_subids_overlap(text, first, count);
 }
 
 int sbx_ids_claim(uint32_t *base, sbx_error_t *err)

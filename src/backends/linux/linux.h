@@ -25,6 +25,9 @@
 #define SBX_RANGE_DIR "/run/sbx/id-ranges"
 #define SBX_RANGE_FIRST 0x10000000u /* up to SBX_OWNER_BASE */
 #define SBX_RANGE_SLOTS 12288u
+/* Whether an /etc/subuid-style text ("name:first:count" lines) has an entry overlapping
+ * [first, first + count). */
+bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count);
 /* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
  * life), its first id in *base. */
 int sbx_ids_claim(uint32_t *base, sbx_error_t *err);
