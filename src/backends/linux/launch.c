@@ -159,7 +159,7 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
     s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, &helper, NULL);
   int r = launch_in(s, out_pid, cg, err);
   if (s->idmap_fd >= 0)
-    close(s->idmap_fd); /* the child had its copy */
+    close(s->idmap_fd);        /* the child had its copy */
   sbx_ids_idmap_reap(&helper); /* long dead by now: no wait */
   return r;
 }
