@@ -659,6 +659,7 @@ static const struct field sandbox_fields[] = {
     {"ls_output_max_chars", F_I64, OFF(ls_output_max_chars), false, INT64_MAX, NULL},
     {"tmp_size_mib", F_U64, OFF(tmp_size_mib), true, MIB_MAX, NULL},
     {"home_size_mib", F_U64, OFF(home_size_mib), true, MIB_MAX, NULL},
+    {"user_data_size_mib", F_U64, OFF(user_data_size_mib), false, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
@@ -1277,6 +1278,7 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  ls_output_max_chars: %" PRId64 "\n", cfg->ls_output_max_chars);
   sbx_buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
   sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
+  sbx_buf_printf(&b, "  user_data_size_mib: %" PRIu64 "\n", cfg->user_data_size_mib);
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);

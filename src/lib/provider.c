@@ -194,6 +194,7 @@ static void meta_forget_backend(struct sbx_meta *m)
 {
   m->pid = 0;
   m->pid_start = 0;
+  m->uid_base = 0;
   free(m->cgroups);
   free(m->remote_id);
   free(m->backend_json);

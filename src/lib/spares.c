@@ -117,6 +117,7 @@ bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_inst
       if (renameat2(AT_FDCWD, from, AT_FDCWD, in->dir, RENAME_NOREPLACE) == 0) {
         in->meta.pid = m.pid;
         in->meta.pid_start = m.pid_start;
+        in->meta.uid_base = m.uid_base;
         in->meta.cgroups = m.cgroups;
         in->meta.remote_id = m.remote_id;
         in->meta.backend_json = m.backend_json;

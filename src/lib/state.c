@@ -73,6 +73,7 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
     m->last_used = (double) st.st_mtim.tv_sec + (double) st.st_mtim.tv_nsec / 1e9;
   m->pid = (long) json_integer_value(json_object_get(o, "pid"));
   m->pid_start = (unsigned long long) json_integer_value(json_object_get(o, "pid_start"));
+  m->uid_base = (uint32_t) json_integer_value(json_object_get(o, "uid_base"));
   m->paused = json_is_true(json_object_get(o, "paused"));
   m->managed = json_is_true(json_object_get(o, "managed"));
   m->memory_bytes = (uint64_t) json_integer_value(json_object_get(o, "memory_bytes"));
@@ -107,6 +108,8 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
   json_object_set_new(o, "last_used", json_real(m->last_used));
   json_object_set_new(o, "pid", json_integer(m->pid));
   json_object_set_new(o, "pid_start", json_integer((json_int_t) m->pid_start));
+  if (m->uid_base)
+    json_object_set_new(o, "uid_base", json_integer((json_int_t) m->uid_base));
   if (m->cgroups)
     json_object_set_new(o, "cgroups", json_string(m->cgroups));
   if (m->remote_id)

@@ -30,6 +30,7 @@ struct sbx_meta {
   long pid;
   unsigned long long pid_start; /* /proc/<pid>/stat field 22, against pid reuse */
   char *cgroups;                /* linux: "controller=path" lines */
+  uint32_t uid_base;            /* linux: first host id of its range (0: not recorded) */
   char *remote_id;              /* opensandbox: the remote sandbox's id */
   char *backend_json;           /* a backend's own data (opensandbox: endpoint, headers) */
   bool paused;

@@ -242,13 +242,60 @@ def test_inotify_exhaustion_stays_inside(pair):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "/mnt/user-data is a bind mount of the host thread folder without any quota: a sandbox can "
-    "fill the host file system that holds $SBX_HOME (blocks and inodes). Fix (not small): a "
-    "project quota (ext4/xfs prjquota) per thread folder, or a size-capped image or tmpfs synced "
-    "out at release. Checked without filling the disk: the space the sandbox sees there must be "
-    "bounded. See docs/security.md, 'Known gaps'."))
+    "without sandbox.user_data_size_mib (the default: the image costs a mkfs on a thread's first "
+    "use) /mnt/user-data is a bind mount of the host thread folder without any quota: a sandbox "
+    "can fill the host file system that holds $SBX_HOME (blocks and inodes). Checked without "
+    "filling the disk: the space the sandbox sees there must be bounded. See docs/security.md, "
+    "'Known gaps'."))
 def test_user_data_space_is_bounded(sbx, thread):
     r = sbx.sh(thread, "stat -f -c '%S %b %c' /mnt/user-data")
     bsize, blocks, inodes = (int(x) for x in r["stdout"].split())
     assert bsize * blocks <= 64 << 30, "the sandbox may write %d GiB to the host" % (
         bsize * blocks >> 30)
+
+
+def _umount_thread(s, thread):
+    d = sbxsec.thread_dir(s, thread)
+    subprocess.run(["umount", d], check=False)
+
+
+def test_user_data_size_limit_holds(make_sbx):
+    """With user_data_size_mib, the thread folder is a size-capped image mounted at the folder
+    itself: a command writing past it gets ENOSPC, the host's disk holds no more than the size,
+    the host sees the files where they always were (what the folder held before is kept), and
+    the next sandbox of the thread finds them (regression: one command wrote 1.5 GiB)."""
+    s = make_sbx(user_data_size_mib=64)
+    t = sbxsec.new_thread("quota")
+    folder = sbxsec.thread_dir(s, t)
+    os.makedirs(os.path.join(folder, "uploads"), exist_ok=True)
+    with open(os.path.join(folder, "uploads", "before.txt"), "w") as f:
+        f.write("from the harness\n")
+    try:
+        # positive control: 8 MiB fit, and the host sees them at once
+        r = s.sh(t, "head -c 8M /dev/zero > %s/small && cat /mnt/user-data/uploads/before.txt"
+                 % WS)
+        assert r["exit_code"] == 0 and r["stdout"] == "from the harness\n", r
+        assert os.path.getsize(os.path.join(folder, "workspace", "small")) == 8 << 20
+        r = s.sh(t, "head -c 200M /dev/zero > %s/big; echo rc=$?; "
+                 "stat -f -c '%%S %%b' /mnt/user-data" % WS, timeout=120)
+        lines = r["stdout"].split("\n")
+        assert lines[0] == "rc=1" and "No space left on device" in r["stderr"], r
+        bsize, blocks = (int(x) for x in lines[1].split())
+        assert bsize * blocks <= 64 << 20, lines
+        big = os.path.getsize(os.path.join(folder, "workspace", "big"))
+        print("user-data quota: 200 MiB write stopped at %d MiB (ENOSPC)" % (big >> 20))
+        assert big < 64 << 20
+        # what the thread costs the host's disk: the image's allocated blocks (a free-space
+        # delta would count other users of this shared machine)
+        used = os.stat(folder + ".img").st_blocks * 512
+        assert used <= 64 << 20, "the host's disk holds %d MiB of the thread" % (used >> 20)
+        # a write through the contract says so too
+        p = s.run("write", "-t", t, WS + "/more.txt", input=b"x" * (1 << 20))
+        assert p.returncode == 1 and b"No space left on device" in p.stderr, p.stderr
+        # the thread's files outlive the sandbox
+        s.run("rm", "-t", t, check=0)
+        r = s.sh(t, "ls %s; rm %s/big && echo freed" % (WS, WS))
+        assert "small" in r["stdout"] and "freed" in r["stdout"], r
+    finally:
+        s.down()
+        _umount_thread(s, t)

@@ -117,6 +117,13 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "set memory.limit_in_bytes in `%s`", dir);
     if (has_memsw && memory_bytes)
       write_str(dir, "memory.memsw.limit_in_bytes", val);
+    /* v1 keeps TCP buffers outside memory.limit_in_bytes, and charges them at all only once
+     * this is set: bound them (v2 charges them to memory.max itself) */
+    snprintf(val, sizeof val, "%lld",
+             memory_bytes ? (long long) sbx_cgroup_tcp_bytes(memory_bytes) : -1LL);
+    if (write_str(dir, "memory.kmem.tcp.limit_in_bytes", val) < 0 && errno != ENOENT)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL,
+                            "set memory.kmem.tcp.limit_in_bytes in `%s`", dir);
   }
   if (set_pids && cg->path[SBX_CG_PIDS]) {
     snprintf(val, sizeof val, "%lld", (long long) pids);

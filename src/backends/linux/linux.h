@@ -4,15 +4,43 @@
 #ifndef SBX_LINUX_H
 #define SBX_LINUX_H
 
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "util.h"
 
-#define SBX_UID_BASE 100000u /* host id of the sandbox's root */
+/* On-disk owner of what a sandbox writes for the host (thread folder, volumes: idmapped to
+ * the sandbox's own range), and the range of a sandbox whose folders cannot be idmapped. */
+#define SBX_UID_BASE 100000u
 #define SBX_UID_COUNT 65536u
+/* ---- ids.c: every sandbox's own host id range (see there) ---- */
+#define SBX_RANGE_PARENT "/run/sbx"
+#define SBX_RANGE_DIR "/run/sbx/id-ranges"
+#define SBX_RANGE_FIRST 0x10000000u /* up to SBX_OWNER_BASE */
+#define SBX_RANGE_SLOTS 12288u
+/* Whether an /etc/subuid-style text ("name:first:count" lines) has an entry overlapping
+ * [first, first + count). */
+bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count);
+/* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
+ * life), its first id in *base. */
+int sbx_ids_claim(uint32_t *base, sbx_error_t *err);
+/* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). The
+ * helper process that made it is dying; sbx_ids_idmap_reap collects it (once, later). */
+struct sbx_idmap_helper {
+  pid_t pid;
+  void *stack;
+};
+int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
+void sbx_ids_idmap_reap(struct sbx_idmap_helper *h);
+/* Idmaps a detached mount (recursively) with that namespace. */
+int sbx_tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
  * so no two running sandboxes share one. The kernel charges per-user counters (inotify
  * instances and watches, mqueue bytes, pending signals) to the namespace's owner: each sandbox
@@ -45,7 +73,25 @@ struct sbx_launch_spec {
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
+  /* the launcher's own, not on the wire: */
+  uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
+  int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
 };
+
+/* A detached mount (open_tree) made nosuid and nodev, recursively, before it is attached in a
+ * sandbox: files a sandbox writes in its thread folder or a volume are owned by its host ids
+ * and must never gain those ids or a device for anyone (nor exec is refused: the workspace
+ * runs programs, by contract). */
+static inline int sbx_tree_nosuid_nodev(int tree)
+{
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+  return (int) syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                       sizeof attr);
+}
+
+/* ---- quota.c (library side): the thread folder as a size-capped ext4 image, loop-mounted on
+ * the host at the folder itself (once; see there) ---- */
+int sbx_user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err);
 
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;
@@ -64,6 +110,13 @@ struct sbx_cgroup {
   bool unified;
   char *path[SBX_CG_MAX];
 };
+
+/* What a sandbox may hold in TCP buffers on cgroup v1 (where they are not part of the memory
+ * limit): a quarter of its memory limit, at least 16 MiB. */
+static inline uint64_t sbx_cgroup_tcp_bytes(uint64_t memory_bytes)
+{
+  return memory_bytes / 4 > (16u << 20) ? memory_bytes / 4 : 16u << 20;
+}
 
 /* Creates the cgroup for id below the caller's own cgroup (".../sbx/<id>") and writes limits. */
 int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
@@ -88,9 +141,14 @@ char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);
 
+/* Pseudo-terminals a sandbox may hold open at once (its devpts's max=). */
+#define SBX_PTY_MAX 128
+
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
 /* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
-int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
+/* Falls back to s->uid_base = SBX_UID_BASE (no idmapping) when the thread folder or a writable
+ * mount is on a file system that cannot be idmapped. */
+int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err);
 /* pivot_root into it, detach the host's tree, make / read-only. */
 int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err);
 int sbx_net_setup_loopback(sbx_error_t *err);
@@ -100,12 +158,17 @@ int sbx_net_setup_loopback(sbx_error_t *err);
  * non-dumpable and installs the default seccomp filter. */
 int sbx_confine(sbx_error_t *err);
 /* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
- * sbxd, a program linking libsbx): RLIMIT_NOFILE hard SBX_NOFILE_MAX (commands get
+ * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx_nofile_max() (commands get
  * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's
  * defaults for the per-user kernel resources, and no limit where a cgroup is the bound.
  * Needs host privilege (raising a hard limit): called before the user namespace is entered. */
 #define SBX_NOFILE_MAX 524288
 #define SBX_NOFILE_CMD 1024
+/* One process of a sandbox may hold at most 1/SBX_NOFILE_SHARE of the host's file table
+ * (fs.file-max, shared by every process on the host), never fewer than SBX_NOFILE_MIN. */
+#define SBX_NOFILE_SHARE 64
+#define SBX_NOFILE_MIN 4096
+rlim_t sbx_nofile_max(void);
 #define SBX_SIGPENDING 16384
 int sbx_confine_rlimits(sbx_error_t *err);
 

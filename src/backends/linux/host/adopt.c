@@ -86,6 +86,21 @@ fail:
   return 1;
 }
 
+/* The first host id of a running sandbox's range, from its init's uid_map ("0 BASE COUNT"), or
+ * 0. */
+static uint32_t spare_uid_base(long pid)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/uid_map", pid);
+  cleanup_free char *text = NULL;
+  unsigned inside = 1, base = 0, count = 0;
+  if (sbx_read_file_at(AT_FDCWD, path, 4096, &text, NULL) < 0 ||
+      sscanf(text, "%u %u %u", &inside, &base, &count) != 3 || inside != 0 ||
+      count != SBX_UID_COUNT)
+    return 0;
+  return base;
+}
+
 int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   const char *id = in->meta.id;
@@ -95,11 +110,31 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
     return sbx_make_error(err, pidfd < 0 ? errno : ESRCH, SBX_E_BACKEND,
                           "sandbox %s: the spare's init is gone", id);
   cleanup_close int tree = -1;
+  if (user_data && *user_data && in->cfg->user_data_size_mib &&
+      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+    return -1;
   if (user_data && *user_data) {
     tree = sbx_open_tree_nofollow(user_data, false);
-    if (tree < 0)
+    if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0)
       return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
                             user_data);
+    /* the folder's on-disk ids (SBX_UID_BASE..) appear as the spare's own range, which its
+     * init's uid_map names (the metadata's record may predate ranges) */
+    uint32_t base = spare_uid_base(in->meta.pid);
+    if (base == 0)
+      return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
+    if (base != SBX_UID_BASE) {
+      struct sbx_idmap_helper helper = {0};
+      cleanup_close int userns = sbx_ids_idmap_userns(base, &helper, err);
+      if (userns < 0)
+        return -1;
+      int r = sbx_tree_idmap(tree, userns);
+      int e = errno;
+      sbx_ids_idmap_reap(&helper);
+      if (r < 0)
+        return sbx_make_error(err, e, SBX_E_BACKEND, "sandbox %s: idmap `%s`", id, user_data);
+    }
+    in->meta.uid_base = base;
   }
   cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, id);
   cleanup_free char *etc_hostname = xasprintf(SBX_HOSTNAME_FMT "\n", id);

@@ -60,6 +60,9 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
+  if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
+      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+    return -1;
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);
@@ -119,6 +122,9 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   if (hdr.type != SBX_MSG_OK || sbx_tlv_get_u64(reply, hdr.len, SBX_T_PID, 0, &pid) <= 0 ||
       sbx_tlv_get_str(reply, hdr.len, SBX_T_TEXT, &cgroups) < 0)
     return sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "launcher sent a malformed reply");
+  uint64_t uids = 0;
+  if (sbx_tlv_get_u64(reply, hdr.len, SBX_T_UID, 0, &uids) > 0)
+    in->meta.uid_base = (uint32_t) uids;
   in->meta.pid = (long) pid;
   in->meta.pid_start = sbx_proc_start_time((long) pid);
   free(in->meta.cgroups);
@@ -142,8 +148,11 @@ static void load_launch_record(struct sbx_instance *in)
     return;
   long long pid = 0;
   unsigned long long start = 0;
-  if (sscanf(text, "pid=%lld\nstart=%llu\n", &pid, &start) != 2 || pid <= 0 || start == 0)
+  unsigned uids = 0;
+  if (sscanf(text, "pid=%lld\nstart=%llu\nuids=%u", &pid, &start, &uids) < 2 || pid <= 0 ||
+      start == 0)
     return;
+  in->meta.uid_base = uids;
   in->meta.pid = (long) pid;
   in->meta.pid_start = start;
   if (in->meta.cgroups == NULL)

@@ -4,10 +4,12 @@
  * deny list modelled on Docker's default profile. */
 #include "linux.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -56,14 +58,26 @@ static int install_seccomp(sbx_error_t *err)
   return 0;
 }
 
+rlim_t sbx_nofile_max(void)
+{
+  char buf[32] = {0};
+  cleanup_close int fd = open("/proc/sys/fs/file-max", O_RDONLY | O_CLOEXEC);
+  unsigned long long file_max = 0;
+  if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0 || sscanf(buf, "%llu", &file_max) != 1)
+    return SBX_NOFILE_MAX;
+  unsigned long long share = file_max / SBX_NOFILE_SHARE;
+  return share < SBX_NOFILE_MIN ? SBX_NOFILE_MIN : share > SBX_NOFILE_MAX ? SBX_NOFILE_MAX : share;
+}
+
 int sbx_confine_rlimits(sbx_error_t *err)
 {
-  static const struct {
+  const rlim_t nofile = sbx_nofile_max();
+  const struct {
     int resource;
     const char *name;
     struct rlimit rl;
   } limits[] = {
-      {RLIMIT_NOFILE, "RLIMIT_NOFILE", {SBX_NOFILE_MAX, SBX_NOFILE_MAX}},
+      {RLIMIT_NOFILE, "RLIMIT_NOFILE", {nofile, nofile}},
       {RLIMIT_CORE, "RLIMIT_CORE", {0, 0}},
       {RLIMIT_STACK, "RLIMIT_STACK", {8u << 20, RLIM_INFINITY}},
       {RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK", {8u << 20, 8u << 20}},

@@ -3,15 +3,20 @@
  * program instead of building one (and sbx-init does not link libseccomp at all).
  *
  * The list is modelled on Docker's default profile: syscalls no agent needs and that widen the
- * kernel surface or reach outside the sandbox. */
+ * kernel surface or reach outside the sandbox; socket families are an allowlist. */
 #include <errno.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const denied[] = {
     "acct",
@@ -75,6 +80,52 @@ static const char *const denied[] = {
     "pidfd_getfd",
 };
 
+/* Linux AIO: fs.aio-max-nr is one host-wide budget that any process can take whole
+ * (io_setup(65536) made host root's io_setup(1) fail); nothing bounds a sandbox's share.
+ * ENOSYS, as a kernel without it: libaio users and glibc's POSIX AIO (threads) fall back. */
+static const char *const unimplemented[] = {
+    "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
+};
+
+/* Address families that socket() and socketpair() accept; anything else is EAFNOSUPPORT, as
+ * from a kernel built without it, so that rare families neither autoload a module nor reach
+ * what a network namespace does not isolate (AF_VSOCK: the VM host's port space). AF_PACKET is
+ * left out too: packet sockets need CAP_NET_RAW over the network namespace, which the sandbox
+ * never holds. */
+static const int allowed_families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+/* Netlink protocols a sandbox may open: routing (ip, getaddrinfo, ifaddrs) and socket
+ * diagnostics (ss). Others (generic netlink's many families, netfilter, xfrm, audit, uevents)
+ * are EPROTONOSUPPORT. */
+static const int allowed_netlink[] = {NETLINK_ROUTE, NETLINK_SOCK_DIAG};
+
+static bool in(const int *set, size_t n, int v)
+{
+  for (size_t i = 0; i < n; i++)
+    if (set[i] == v)
+      return true;
+  return false;
+}
+
+/* Refuses arg `arg` of syscall nr for every value in [0, max] not in set, and every value above
+ * max (the kernel takes an int: a value with high bits set is refused too, never let through). */
+static int allowlist(scmp_filter_ctx ctx, int nr, unsigned arg, const int *set, size_t n, int max,
+                     int err, struct scmp_arg_cmp *also)
+{
+  int r = 0;
+  for (int v = 0; r == 0 && v <= max; v++) {
+    if (in(set, n, v))
+      continue;
+    struct scmp_arg_cmp c = {arg, SCMP_CMP_EQ, (scmp_datum_t) v, 0};
+    r = also ? seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, *also, c)
+             : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, c);
+  }
+  struct scmp_arg_cmp c = {arg, SCMP_CMP_GT, (scmp_datum_t) max, 0};
+  if (r == 0)
+    r = also ? seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, *also, c)
+             : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, c);
+  return r;
+}
+
 int main(int argc, char **argv)
 {
   if (argc != 2) {
@@ -91,6 +142,20 @@ int main(int argc, char **argv)
       continue; /* not on this architecture */
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
   }
+  for (size_t i = 0; r == 0 && i < ARRAY_LEN(unimplemented); i++)
+    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS),
+                         seccomp_syscall_resolve_name(unimplemented[i]), 0);
+  const int fam_max = AF_NETLINK; /* the largest allowed family */
+  if (r == 0)
+    r = allowlist(ctx, SCMP_SYS(socket), 0, allowed_families, ARRAY_LEN(allowed_families), fam_max,
+                  EAFNOSUPPORT, NULL);
+  if (r == 0)
+    r = allowlist(ctx, SCMP_SYS(socketpair), 0, allowed_families, ARRAY_LEN(allowed_families),
+                  fam_max, EAFNOSUPPORT, NULL);
+  struct scmp_arg_cmp netlink = {0, SCMP_CMP_EQ, AF_NETLINK, 0};
+  if (r == 0)
+    r = allowlist(ctx, SCMP_SYS(socket), 2, allowed_netlink, ARRAY_LEN(allowed_netlink),
+                  NETLINK_SOCK_DIAG, EPROTONOSUPPORT, &netlink);
   /* clone3 passes its flags in memory where seccomp cannot see them: make libc fall back to
    * clone, whose flags can be checked. New namespaces are refused, one rule per flag (rules on
    * one syscall are OR'ed). */

@@ -51,7 +51,7 @@ static void child_fail(int fd, sbx_error_t *err)
   _exit(1);
 }
 
-static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, int listen_fd,
+static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int listen_fd,
                        int lease_fd)
 {
   sbx_error_t err = NULL;
@@ -107,8 +107,10 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the user namespace");
     child_fail(sync_w, &err);
   }
-  c = 'M';
-  if (write(sync_w, &c, 1) != 1 || read(sync_r, &c, 1) != 1 || c != 'M')
+  /* "M<first id>": the range to map (the shared one if the folders could not be idmapped) */
+  char m[16];
+  int mlen = snprintf(m, sizeof m, "M%u", s->uid_base);
+  if (write(sync_w, m, (size_t) mlen) != mlen || read(sync_r, &c, 1) != 1 || c != 'M')
     _exit(1);
   if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
     sbx_make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
@@ -128,19 +130,42 @@ static void child_main(const struct sbx_launch_spec *s, int sync_w, int sync_r, 
   _exit(sbx_agent_serve(&opts));
 }
 
-static int write_map(pid_t pid, const char *file, sbx_error_t *err)
+static int write_map(pid_t pid, const char *file, uint32_t base, sbx_error_t *err)
 {
   char path[64], map[64];
   snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, file);
-  int n = snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+  int n = snprintf(map, sizeof map, "0 %u %u\n", base, SBX_UID_COUNT);
   cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, map, (size_t) n) != n)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "write %s", path);
   return 0;
 }
 
-static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+                     sbx_error_t *err);
+
+static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
                   sbx_error_t *err)
+{
+  /* The sandbox's own host ids: the slot's lock goes to its PID 1 (inherited, close-on-exec),
+   * ours is dropped when we exit. Without idmapping (no range dir, no user namespace for it)
+   * the shared range. */
+  cleanup_close int range_fd = sbx_ids_claim(&s->uid_base, NULL);
+  s->idmap_fd = -1;
+  if (range_fd < 0)
+    s->uid_base = SBX_UID_BASE;
+  struct sbx_idmap_helper helper = {0};
+  if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
+    s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, &helper, NULL);
+  int r = launch_in(s, out_pid, cg, err);
+  if (s->idmap_fd >= 0)
+    close(s->idmap_fd);        /* the child had its copy */
+  sbx_ids_idmap_reap(&helper); /* long dead by now: no wait */
+  return r;
+}
+
+static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
+                     sbx_error_t *err)
 {
   cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirfd < 0)
@@ -193,8 +218,15 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
   }
   char buf[1024];
   ssize_t n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
-  if (n == 1 && buf[0] == 'M') {
-    if (write_map(pid, "uid_map", err) < 0 || write_map(pid, "gid_map", err) < 0)
+  unsigned base = 0;
+  if (n > 1 && buf[0] == 'M') {
+    buf[n] = '\0';
+    if (sscanf(buf + 1, "%u", &base) != 1 || (base != SBX_UID_BASE && base != s->uid_base)) {
+      sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "the sandbox asked for ids it was not given");
+      goto fail_child_cg;
+    }
+    s->uid_base = base;
+    if (write_map(pid, "uid_map", base, err) < 0 || write_map(pid, "gid_map", base, err) < 0)
       goto fail_child_cg;
     if (write(wr, "M", 1) != 1) {
       sbx_make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
@@ -232,8 +264,8 @@ static void write_launch_record(const struct sbx_launch_spec *s, pid_t pid, cons
 {
   cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   cleanup_free char *text =
-      xasprintf("pid=%d\nstart=%llu\n%s", (int) pid,
-                (unsigned long long) sbx_proc_start_time((long) pid), cgroups);
+      xasprintf("pid=%d\nstart=%llu\nuids=%u\n%s", (int) pid,
+                (unsigned long long) sbx_proc_start_time((long) pid), s->uid_base, cgroups);
   if (dirfd >= 0)
     sbx_write_file_at(dirfd, SBX_LAUNCH_RECORD, text, strlen(text), 0600, false);
 }
@@ -265,6 +297,7 @@ int sbx_launch_main(int fd)
     write_launch_record(&spec, pid, cgs);
     sbx_tlv_writer_t w = {0};
     sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
+    sbx_tlv_put_u64(&w, SBX_T_UID, spec.uid_base);
     sbx_tlv_put_str(&w, SBX_T_TEXT, cgs);
     if (sbx_frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w) < 0) {
       /* the creator is gone before learning of the sandbox: nobody would ever use it */

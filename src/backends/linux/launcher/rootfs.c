@@ -179,8 +179,11 @@ static int dev_setup(int rootfd, const char *root, sbx_error_t *err)
   symlinkat("/proc/self/fd/1", dev, "stdout");
   symlinkat("/proc/self/fd/2", dev, "stderr");
   cleanup_free char *pts = xasprintf("%s/dev/pts", root);
-  if (mnt("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620",
-          err) < 0)
+  /* max=: every devpts instance but the host's draws from one host-wide pool (kernel.pty.max
+   * less kernel.pty.reserve, 3072 by default) */
+  char pts_opts[96];
+  snprintf(pts_opts, sizeof pts_opts, "newinstance,ptmxmode=0666,mode=0620,max=%u", SBX_PTY_MAX);
+  if (mnt("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, pts_opts, err) < 0)
     return -1;
   cleanup_free char *shm = xasprintf("%s/dev/shm", root);
   if (mnt("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k", err) < 0)
@@ -250,32 +253,88 @@ static int mountpoint_in_root(int rootfd, const char *path, bool dir, sbx_error_
   }
 }
 
-static int user_mounts(int rootfd, const struct sbx_launch_spec *s, sbx_error_t *err)
+/* Detached copies of the host trees the sandbox gets (the thread folder, then each configured
+ * mount), made before anything else so that the id range is settled before the first mount
+ * owned by it. Each is reached without following a symlink (the library resolved the
+ * operator's own; a sandbox that can write next to a volume's folder could have planted one,
+ * to the host's /, since sbxd checked it: ELOOP then, never the wrong tree), made nosuid,nodev,
+ * idmapped (SBX_UID_BASE on disk is the sandbox's range inside) and made read-only before it
+ * is attached. Without idmapping (a file system that has none) the sandbox takes the shared
+ * range SBX_UID_BASE instead: its thread's files would otherwise carry ids that another
+ * sandbox gets later. trees[0] is the thread folder (-1 for a throw-away sandbox). */
+static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
+{
+  if ((s->user_data[0] != '\0' || s->n_mounts > 0) && s->idmap_fd < 0)
+    s->uid_base = SBX_UID_BASE; /* no namespace to idmap with: the shared range */
+  for (int attempt = 0; attempt < 2; attempt++) {
+    bool idmap = attempt == 0 && s->idmap_fd >= 0;
+    bool retry = false;
+    for (size_t i = 0; i <= s->n_mounts && !retry; i++) {
+      const char *host = i == 0 ? s->user_data : s->mounts[i - 1].host;
+      bool ro = i > 0 && s->mounts[i - 1].read_only;
+      if (i == 0 && host[0] == '\0')
+        continue;
+      int tree = trees[i] = sbx_open_tree_nofollow(host, i > 0);
+      if (tree < 0)
+        return sbx_make_error(err, errno, i ? SBX_E_CONFIG : SBX_E_INTERNAL, "mount source `%s`%s",
+                              host, errno == ELOOP ? " (a symlink on the way)" : "");
+      if (sbx_tree_nosuid_nodev(tree) < 0)
+        return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
+      /* a mount is idmapped when its top belongs to the sandboxes' on-disk owner (the thread
+       * folder, sbxd's named volumes): a host folder owned by anyone else would turn
+       * unwritable (the kernel refuses writes to an inode whose owner the idmap lacks) */
+      struct stat st;
+      if (fstat(tree, &st) < 0)
+        return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", host);
+      bool ours = i == 0 || st.st_uid == SBX_UID_BASE;
+      if (idmap && ours && sbx_tree_idmap(tree, s->idmap_fd) < 0) {
+        if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS && errno != EPERM)
+          return sbx_make_error(err, errno, SBX_E_INTERNAL, "idmap `%s`", host);
+        retry = !ro; /* a read-only mount keeps the ids it has, nothing is written there */
+      }
+      struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
+      if (ro && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                        sizeof attr) < 0)
+        return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` read-only", host);
+    }
+    if (!retry)
+      return 0;
+    for (size_t i = 0; i <= s->n_mounts; i++)
+      if (trees[i] >= 0) {
+        close(trees[i]);
+        trees[i] = -1;
+      }
+    s->uid_base = SBX_UID_BASE;
+  }
+  return 0;
+}
+
+/* Attaches the prepared trees of the configured mounts at their mount points, by fd: nothing
+ * is resolved by path inside the new root. */
+static int user_mounts(int rootfd, const struct sbx_launch_spec *s, const int *trees,
+                       sbx_error_t *err)
 {
   for (size_t i = 0; i < s->n_mounts; i++) {
     const struct sbx_launch_mount *m = &s->mounts[i];
-    /* A detached copy of the host tree, reached without following a symlink (the library
-     * resolved the operator's own; a sandbox that can write next to a volume's folder could
-     * have planted one, to the host's /, since sbxd checked it: ELOOP then, never the wrong
-     * tree), made read-only before it is attached, then attached at the mount point by its fd:
-     * nothing is resolved by path inside the new root. */
-    cleanup_close int tree = sbx_open_tree_nofollow(m->host, true);
     struct stat st;
-    if (tree < 0 || fstat(tree, &st) < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`%s", m->host,
-                            errno == ELOOP ? " (a symlink on the way)" : "");
+    if (fstat(trees[i], &st) < 0)
+      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", m->host);
     cleanup_close int fd = mountpoint_in_root(rootfd, m->container, S_ISDIR(st.st_mode), err);
     if (fd < 0)
       return -1;
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
-    if (m->read_only &&
-        syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` read-only", m->host);
-    if (syscall(SYS_move_mount, tree, "", fd, "",
+    if (syscall(SYS_move_mount, trees[i], "", fd, "",
                 MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
       return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s` at `%s`", m->host, m->container);
   }
   return 0;
+}
+
+static void close_trees(int *trees, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    if (trees[i] >= 0)
+      close(trees[i]);
+  free(trees);
 }
 
 int sbx_net_setup_loopback(sbx_error_t *err)
@@ -293,12 +352,31 @@ int sbx_net_setup_loopback(sbx_error_t *err)
   return 0;
 }
 
-int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
+static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err);
+
+int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
 {
   if (strcmp(s->image, "host") != 0)
     return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "image `%s` is not available", s->image);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "make mounts private");
+  int *trees = xmalloc((s->n_mounts + 1) * sizeof *trees);
+  for (size_t i = 0; i <= s->n_mounts; i++)
+    trees[i] = -1;
+  int r = prepare_trees(s, trees, err);
+  if (s->idmap_fd >= 0) {
+    close(s->idmap_fd);
+    s->idmap_fd = -1;
+  }
+  if (r == 0)
+    r = rootfs_setup(s, trees, err);
+  close_trees(trees, s->n_mounts + 1);
+  return r;
+}
+
+static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
+{
+  const uint32_t ids = s->uid_base;
   cleanup_free char *root = xasprintf("%s/root", s->state_dir);
   if (mnt("sbx-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=8192",
           err) < 0)
@@ -341,35 +419,34 @@ int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
   cleanup_free char *home = xasprintf("%s/root", root);
   /* owned by the sandbox's root (a host-root-owned 0700 /root is unwritable inside: HOME) */
   snprintf(opts, sizeof opts, "mode=0700,size=%llu,uid=%u,gid=%u",
-           (unsigned long long) s->home_bytes, SBX_UID_BASE, SBX_UID_BASE);
+           (unsigned long long) s->home_bytes, ids, ids);
   if (mnt("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
     return -1;
   cleanup_free char *run = xasprintf("%s/run", root);
-  snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", SBX_UID_BASE, SBX_UID_BASE);
+  snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", ids, ids);
   if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts, err) < 0)
     return -1;
   cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
-  if (s->user_data[0] != '\0') {
-    /* libsbx made the folder and its parents without following symlinks; none is followed here
-     * either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
-    cleanup_close int tree = sbx_open_tree_nofollow(s->user_data, false);
-    if (tree < 0 || syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+  if (trees[0] >= 0) {
+    /* libsbx made the folder and its parents without following symlinks; none was followed
+     * here either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
+    if (syscall(SYS_move_mount, trees[0], "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
                             s->user_data);
   } else {
     /* a throw-away sandbox: its files live and die with it, in its own tmpfs */
     snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
-             (unsigned long long) s->tmp_bytes, SBX_UID_BASE, SBX_UID_BASE);
+             (unsigned long long) s->tmp_bytes, ids, ids);
     if (mnt("user-data", ud, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
       return -1;
     static const char *const subs[] = {"workspace", "uploads", "outputs"};
     for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
       cleanup_free char *d = xasprintf("%s/%s", ud, subs[i]);
-      if (mkdir(d, 0755) < 0 || chown(d, SBX_UID_BASE, SBX_UID_BASE) < 0)
+      if (mkdir(d, 0755) < 0 || chown(d, ids, ids) < 0)
         return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
     }
   }
-  return user_mounts(rootfd, s, err);
+  return user_mounts(rootfd, s, trees + 1, err);
 }
 
 int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
