@@ -5,6 +5,7 @@
 #include "linux.h"
 #include "proto.h"
 #include "../../lib/internal.h"
+#include "../../lib/image/image.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -83,14 +84,63 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   }
 }
 
+/* An image other than `host`: its layers for the launcher, the list of them in the state folder
+ * (prune keeps what a sandbox has mounted), and its Env under the configured environment. */
+static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  if (strcmp(s->image, "host") == 0)
+    return 0;
+  struct sbx_image_rootfs r;
+  if (sbx_image_resolve(in->home, s->image, &r, err) < 0)
+    return -1;
+  sbx_buf_t layers = {0}, ids = {0};
+  for (size_t i = 0; i < r.layers.n; i++) {
+    sbx_buf_printf(&layers, "%s%s", i ? "\n" : "", r.layers.v[i]);
+    sbx_buf_printf(&ids, "%s\n", r.layer_ids.v[i]);
+  }
+  cleanup_free char *list = xasprintf("%s/" SBX_IMAGE_LAYERS_FILE, in->dir);
+  int ret = 0;
+  if (r.layers.n == 0)
+    ret = sbx_make_error(err, 0, SBX_E_INVALID, "image `%s` has no layers", s->image);
+  else if (sbx_write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
+    ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s`", list);
+  if (ret == 0) {
+    sbx_strv_t env = {0};
+    for (size_t i = 0; i < r.env.n; i++) {
+      size_t k = strcspn(r.env.v[i], "=");
+      bool configured = false;
+      for (size_t c = 0; c < in->cfg->n_environment; c++)
+        configured |= strlen(in->cfg->environment[c].key) == k &&
+                      strncmp(in->cfg->environment[c].key, r.env.v[i], k) == 0;
+      if (!configured)
+        sbx_strv_push(&env, r.env.v[i]);
+    }
+    for (size_t i = 0; i < in->meta.env.n; i++)
+      sbx_strv_push(&env, in->meta.env.v[i]);
+    sbx_strv_free(&in->meta.env);
+    in->meta.env = env;
+    s->layers = sbx_buf_steal(&layers);
+  }
+  sbx_buf_free(&layers);
+  sbx_buf_free(&ids);
+  sbx_image_rootfs_free(&r);
+  return ret;
+}
+
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);
+  if (image_layers(in, &spec, err) < 0) {
+    free(spec.mounts);
+    sbx_strv_free(&canon);
+    return -1;
+  }
   sbx_buf_t payload = {0};
   sbx_launch_spec_encode(&spec, &payload);
   free(spec.mounts);
+  free(spec.layers);
   sbx_strv_free(&canon);
 
   int sv[2];
