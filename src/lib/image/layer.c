@@ -248,8 +248,10 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
   }
   if (hardlink) {
     cleanup_free char *tparent = NULL, *tbase = NULL;
-    if (split_name(hardlink, &tparent, &tbase, err) < 0)
-      return -1;
+    if (split_name(hardlink, &tparent, &tbase, NULL) < 0)
+      return sbx_make_error(err, 0, SBX_E_INVALID,
+                            "layer entry `%s`: hard link to `%s`, outside the layer", name,
+                            hardlink);
     if (*tbase == '\0')
       return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: hard link to the root", name);
     cleanup_close int tfd = open_in(rootfd, tparent);
