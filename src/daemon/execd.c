@@ -303,8 +303,19 @@ static enum MHD_Result job_run(struct req *r, struct job *j)
   return sbxd_respond(r, 200, resp);
 }
 
-static char **shell_argv(const char *command, sbx_strv_t *argv)
+static char **shell_argv(const struct box *b, const char *command, sbx_strv_t *argv)
 {
+  const char *image = json_string_value(json_object_get(b->extra, "image"));
+  if (image && strcmp(image, "host") != 0) {
+    /* an image: its bash if it has one, else its sh */
+    sbx_strv_push(argv, "sh");
+    sbx_strv_push(argv, "-c");
+    sbx_strv_push(argv,
+                  "command -v bash >/dev/null 2>&1 && exec bash -c \"$1\"; exec sh -c \"$1\"");
+    sbx_strv_push(argv, "sh");
+    sbx_strv_push(argv, command);
+    return argv->v;
+  }
   sbx_strv_push(argv, g.shell);
   sbx_strv_push(argv, "-c");
   sbx_strv_push(argv, command);
@@ -385,7 +396,7 @@ static enum MHD_Result h_command(struct req *r)
   if (c && *c)
     j->cwd = sbxd_path_clean(c);
   j->background = json_is_true(bg);
-  shell_argv(j->command, &j->argv);
+  shell_argv(r->box, j->command, &j->argv);
   json_decref(body);
   return job_run(r, j);
 }

@@ -3,6 +3,7 @@
  * ones 400 with its codes and messages; sbxd plays the role of its single-host Docker runtime, so
  * runtime errors carry the DOCKER:: codes. */
 #include "sbxd.h"
+#include "../lib/image/image.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -544,7 +545,12 @@ static const char *resolve_image(const char *uri)
   for (size_t i = 0; i < g.cfg->n_images; i++)
     if (strcmp(g.cfg->images[i].name, uri) == 0)
       return g.cfg->images[i].target;
-  return NULL;
+  /* an image of the store (sbx image import) */
+  struct sbx_image_rootfs img;
+  if (sbx_image_resolve(sbx_provider_home(g.p), uri, &img, NULL) < 0)
+    return NULL;
+  sbx_image_rootfs_free(&img);
+  return uri;
 }
 
 static enum MHD_Result h_create(struct req *r)
@@ -655,7 +661,8 @@ static enum MHD_Result h_create(struct req *r)
     sbx_buf_puts(&known, "host");
     for (size_t i = 0; i < g.cfg->n_images; i++)
       sbx_buf_printf(&known, ", %s", g.cfg->images[i].name);
-    msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); declare it under "
+    msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); import it with "
+                    "`sbx image import` (sbx images lists them) or declare an alias under "
                     "sbxd.images in the configuration.",
                     uri, known.data);
     sbx_buf_free(&known);

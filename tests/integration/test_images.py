@@ -353,3 +353,24 @@ def test_hostile_layers(sbx, tmp_path):
              extra=("--max-entries", "20"))
     assert os.listdir(outside) == []
     assert not os.path.exists("/escape")
+
+
+from test_sbxd_http import sbxd  # noqa: E402,F401  (the fixture)
+
+
+def test_sbxd_image_uri(sbxd, tmp_path, bb_docker):
+    from conftest import Sbx
+    home = tmp_path / "home"
+    Sbx(home).ok("image", "import", bb_docker)
+    s = sbxd(home=home)
+    sb = s.create(image={"uri": BB}, entrypoint=["sleep", "1000"])
+    out, last = sb.run("busybox | head -1; echo $IMAGE_VAR")
+    assert out, last
+    assert "BusyBox" in out[0] and out[1].strip() == "from-image", out
+    info = s.req("GET", "/v1/sandboxes/%s" % sb.id).json()
+    assert info["image"] == {"uri": BB}
+    r = s.req("POST", "/v1/sandboxes", {"image": {"uri": "nope:1"}, "entrypoint": ["true"],
+                                        "resourceLimits": {"cpu": "1", "memory": "1Gi"},
+                                        "timeout": 600})
+    assert r.status == 400 and "sbx image import" in r.error()[1]
+    assert s.req("DELETE", "/v1/sandboxes/%s" % sb.id).status == 204
