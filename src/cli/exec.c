@@ -105,8 +105,10 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
   int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:", on_opt, &a, -1);
   if (r == 0)
     r = cli_open(c);
+  /* for this sandbox only: the spares made after this call are the configured image's */
+  char *configured_image = NULL;
   if (r == 0 && a.image) {
-    free(c->cfg->image);
+    configured_image = c->cfg->image;
     c->cfg->image = xstrdup(a.image);
   }
   if (r == 0) {
@@ -127,6 +129,10 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
     }
   }
   sbx_strv_free(&a.env);
+  if (configured_image) {
+    free(c->cfg->image);
+    c->cfg->image = configured_image;
+  }
   return r == CLI_DONE ? 0 : r;
 }
 

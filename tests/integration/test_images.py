@@ -374,3 +374,42 @@ def test_sbxd_image_uri(sbxd, tmp_path, bb_docker):
                                         "timeout": 600})
     assert r.status == 400 and "sbx image import" in r.error()[1]
     assert s.req("DELETE", "/v1/sandboxes/%s" % sb.id).status == 204
+
+
+def _spare_pids(home):
+    d = os.path.join(home, "spare", "sandboxes")
+    pids = set()
+    for i in os.listdir(d) if os.path.isdir(d) else []:
+        try:
+            m = json.load(open(os.path.join(d, i, "meta")))
+        except (OSError, ValueError):
+            continue
+        if m.get("pid"):
+            pids.add(m["pid"])
+    return pids
+
+
+def test_spares_are_per_image(make_sbx, tmp_path, bb_docker):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n")
+    s = make_sbx(config=str(cfg))
+    s.ok("image", "import", bb_docker)
+    sh(s, "first", "true")
+    deadline = time.time() + 30
+    while not _spare_pids(s.home) and time.time() < deadline:
+        time.sleep(0.2)
+    spares = _spare_pids(s.home)
+    assert spares
+    # a sandbox of another image does not take it
+    r = sh(s, "host", "grep -c ^user: /etc/passwd; test -d /usr/lib; echo $?", image="host")
+    assert r["stdout"] == "0\n0\n", r
+    pid = {i["thread"]: i["pid"] for i in s.ps()}
+    assert pid["host"] not in spares
+    # one of its image does, and gets a writable root, its own name and the image's Env
+    r = sh(s, "mine", "echo x > /y && cat /y && cat /etc/hostname && echo $IMAGE_VAR")
+    out = r["stdout"].split("\n")
+    pid = {i["thread"]: i["pid"] for i in s.ps()}
+    assert pid["mine"] in spares
+    mine = [i for i in s.ps() if i["thread"] == "mine"][0]["id"]
+    assert out[:3] == ["x", "sbx-" + mine, "from-image"], out
+    s.down()

@@ -84,14 +84,44 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   }
 }
 
+/* The image's Env goes before the sandbox's own (sbx_create's), and a key the configuration
+ * sets is the configuration's. */
+static void image_env(struct sbx_instance *in, const sbx_strv_t *image)
+{
+  sbx_strv_t env = {0};
+  for (size_t i = 0; i < image->n; i++) {
+    size_t k = strcspn(image->v[i], "=");
+    bool configured = false;
+    for (size_t c = 0; c < in->cfg->n_environment; c++)
+      configured |= strlen(in->cfg->environment[c].key) == k &&
+                    strncmp(in->cfg->environment[c].key, image->v[i], k) == 0;
+    if (!configured)
+      sbx_strv_push(&env, image->v[i]);
+  }
+  for (size_t i = 0; i < in->meta.env.n; i++)
+    sbx_strv_push(&env, in->meta.env.v[i]);
+  sbx_strv_free(&in->meta.env);
+  in->meta.env = env;
+}
+
+/* the store of in's home ($home/spare is the spare pool's: the store is $home's) */
+static char *store_home(const struct sbx_instance *in)
+{
+  char *home = xstrdup(in->home);
+  if (in->provider && in->provider->is_spare_pool && sbx_str_has_suffix(home, "/spare"))
+    home[strlen(home) - 6] = '\0';
+  return home;
+}
+
 /* An image other than `host`: its layers for the launcher, the list of them in the state folder
  * (prune keeps what a sandbox has mounted), and its Env under the configured environment. */
 static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_error_t *err)
 {
   if (strcmp(s->image, "host") == 0)
     return 0;
+  cleanup_free char *home = store_home(in);
   struct sbx_image_rootfs r;
-  if (sbx_image_resolve(in->home, s->image, &r, err) < 0)
+  if (sbx_image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};
   for (size_t i = 0; i < r.layers.n; i++) {
@@ -105,20 +135,7 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   else if (sbx_write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
     ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s`", list);
   if (ret == 0) {
-    sbx_strv_t env = {0};
-    for (size_t i = 0; i < r.env.n; i++) {
-      size_t k = strcspn(r.env.v[i], "=");
-      bool configured = false;
-      for (size_t c = 0; c < in->cfg->n_environment; c++)
-        configured |= strlen(in->cfg->environment[c].key) == k &&
-                      strncmp(in->cfg->environment[c].key, r.env.v[i], k) == 0;
-      if (!configured)
-        sbx_strv_push(&env, r.env.v[i]);
-    }
-    for (size_t i = 0; i < in->meta.env.n; i++)
-      sbx_strv_push(&env, in->meta.env.v[i]);
-    sbx_strv_free(&in->meta.env);
-    in->meta.env = env;
+    image_env(in, &r.env);
     s->layers = sbx_buf_steal(&layers);
   }
   sbx_buf_free(&layers);
@@ -199,6 +216,20 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   return 0;
+}
+
+/* A spare of an image: the adopting sandbox's commands get the image's Env too. */
+static int linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
+{
+  if (in->meta.image && strcmp(in->meta.image, "host") != 0) {
+    cleanup_free char *home = store_home(in);
+    struct sbx_image_rootfs r;
+    if (sbx_image_resolve(home, in->meta.image, &r, err) < 0)
+      return -1;
+    image_env(in, &r.env);
+    sbx_image_rootfs_free(&r);
+  }
+  return sbx_linux_adopt(in, user_data, err);
 }
 
 static bool linux_alive(struct sbx_instance *in)
@@ -341,7 +372,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
-    .adopt = sbx_linux_adopt,
+    .adopt = linux_adopt,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,
     .read_text = sbx__agent_read_text,

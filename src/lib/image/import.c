@@ -545,6 +545,49 @@ static int mkdirs(const char *store, sbx_error_t *err)
   return 0;
 }
 
+/* The import proper, in the work folder wpath. */
+static int import_in(struct imp *im, const char *wpath, const char *path, sbx_error_t *err)
+{
+  struct stat st;
+  if (mkdir(wpath, 0700) < 0 ||
+      (im->workfd = open(wpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+      mkdirat(im->workfd, "blobs", 0755) < 0 || mkdirat(im->workfd, "layers", 0755) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "create `%s`", wpath);
+  if (stat(path, &st) < 0)
+    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "`%s`", path);
+  if (S_ISDIR(st.st_mode)) {
+    im->srcfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (im->srcfd < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "open `%s`", path);
+  } else {
+    if (unpack_archive(im, path, err) < 0)
+      return -1;
+    im->src_ours = true;
+  }
+  cleanup_free char *json = NULL;
+  size_t len = 0;
+  cleanup_close int probe = src_open(im, "manifest.json");
+  if (probe >= 0) {
+    if (read_doc(im, "manifest.json", "docker manifest", &json, &len, err) < 0)
+      return -1;
+    return docker_archive(im, json, len, err);
+  }
+  cleanup_close int layout = src_open(im, "oci-layout");
+  if (layout < 0)
+    return sbx_make_error(err, 0, SBX_E_INVALID,
+                          "`%s` is neither a docker-archive (manifest.json), an oci-archive nor "
+                          "an OCI layout (oci-layout, index.json)",
+                          path);
+  sbx_strv_t none = {0};
+  if (im->o && im->o->name)
+    add_name(im, &none, im->o->name);
+  int r = read_doc(im, "index.json", "image index", &json, &len, err);
+  if (r == 0)
+    r = oci_index(im, json, len, 0, &none, err);
+  sbx_strv_free(&none);
+  return r;
+}
+
 int sbx_image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
                      sbx_strv_t *names, sbx_error_t *err)
 {
@@ -568,51 +611,7 @@ int sbx_image_import(const char *home, const char *path, const struct sbx_image_
   char work[] = "import-XXXXXXXX";
   sbx_random_hex(work + 7, 8);
   cleanup_free char *wpath = xasprintf("%s/tmp/%s", im.store, work);
-  int r = -1;
-  cleanup_free char *json = NULL;
-  size_t len = 0;
-  struct stat st;
-  if (mkdir(wpath, 0700) < 0 || (im.workfd = open(wpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-      mkdirat(im.workfd, "blobs", 0755) < 0 || mkdirat(im.workfd, "layers", 0755) < 0) {
-    sbx_make_error(err, errno, SBX_E_IO, "create `%s`", wpath);
-    goto out;
-  }
-  if (stat(path, &st) < 0) {
-    sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "`%s`", path);
-    goto out;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    im.srcfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (im.srcfd < 0) {
-      sbx_make_error(err, errno, SBX_E_IO, "open `%s`", path);
-      goto out;
-    }
-  } else {
-    if (unpack_archive(&im, path, err) < 0)
-      goto out;
-    im.src_ours = true;
-  }
-  sbx_strv_t none = {0};
-  cleanup_close int probe = src_open(&im, "manifest.json");
-  if (probe >= 0) {
-    if (read_doc(&im, "manifest.json", "docker manifest", &json, &len, err) == 0)
-      r = docker_archive(&im, json, len, err);
-  } else {
-    cleanup_close int layout = src_open(&im, "oci-layout");
-    if (layout < 0) {
-      sbx_make_error(err, 0, SBX_E_INVALID,
-                     "`%s` is neither a docker-archive (manifest.json), an oci-archive nor an "
-                     "OCI layout (oci-layout, index.json)",
-                     path);
-      goto out;
-    }
-    if (o && o->name)
-      add_name(&im, &none, o->name);
-    if (read_doc(&im, "index.json", "image index", &json, &len, err) == 0)
-      r = oci_index(&im, json, len, 0, &none, err);
-    sbx_strv_free(&none);
-  }
-out:
+  int r = import_in(&im, wpath, path, err);
   if (im.srcfd >= 0)
     close(im.srcfd);
   if (im.workfd >= 0)

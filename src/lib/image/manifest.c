@@ -37,6 +37,21 @@ int sbx_media_kind(const char *t)
   return SBX_MEDIA_UNKNOWN;
 }
 
+char *sbx_image_normalize(const char *name)
+{
+  const char *n = name;
+  if (sbx_str_has_prefix(n, "docker.io/library/"))
+    n += 18;
+  else if (sbx_str_has_prefix(n, "docker.io/"))
+    n += 10;
+  if (strncmp(n, "sha256:", 7) == 0 || strchr(n, '@'))
+    return xstrdup(n);
+  const char *slash = strrchr(n, '/');
+  if (strchr(slash ? slash : n, ':') == NULL)
+    return xasprintf("%s:latest", n);
+  return xstrdup(n);
+}
+
 bool sbx_digest_valid(const char *d)
 {
   if (d == NULL || strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + SBX_DIGEST_HEX)

@@ -12,21 +12,6 @@
 
 #define INDEX_MAX (64u << 20)
 
-char *sbx_image_normalize(const char *name)
-{
-  const char *n = name;
-  if (sbx_str_has_prefix(n, "docker.io/library/"))
-    n += 18;
-  else if (sbx_str_has_prefix(n, "docker.io/"))
-    n += 10;
-  if (strncmp(n, "sha256:", 7) == 0 || strchr(n, '@'))
-    return xstrdup(n);
-  const char *slash = strrchr(n, '/');
-  if (strchr(slash ? slash : n, ':') == NULL)
-    return xasprintf("%s:latest", n);
-  return xstrdup(n);
-}
-
 char *sbx_image_dir(const char *home)
 {
   char real[PATH_MAX];
