@@ -17,8 +17,10 @@ static const char usage_import[] =
     "\n"
     "  --name NAME        store the image under NAME (one image only)\n"
     "  --platform P       pick this platform of a manifest list (default: this host's)\n"
-    "  --max-size MIB     refuse a layer (or archive) larger than this (default 16384)\n"
-    "  --max-entries N    refuse a layer with more entries (default 1000000)\n";
+    "  --max-size MIB     refuse a layer (or archive) larger than this (default:\n"
+    "                     sandbox.image_layer_max_mib, 16384)\n"
+    "  --max-entries N    refuse a layer with more entries (default:\n"
+    "                     sandbox.image_layer_max_entries, 1000000)\n";
 static const char usage_images[] =
     "Usage: sbx images [--json]\n"
     "\n"
@@ -90,6 +92,10 @@ static int image_import(struct cli *c, int argc, char **argv)
     return r == CLI_DONE ? 0 : r;
   if ((r = cli_open(c)) != 0)
     return r;
+  if (o.limits.max_bytes == 0)
+    o.limits.max_bytes = c->cfg->image_layer_max_mib << 20;
+  if (o.limits.max_entries == 0)
+    o.limits.max_entries = c->cfg->image_layer_max_entries;
   sbx_strv_t names = {0};
   sbx_error_t err = NULL;
   if (sbx_image_import(c->home, argv[optind], &o, &names, &err) < 0) {

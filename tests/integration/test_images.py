@@ -413,3 +413,47 @@ def test_spares_are_per_image(make_sbx, tmp_path, bb_docker):
     mine = [i for i in s.ps() if i["thread"] == "mine"][0]["id"]
     assert out[:3] == ["x", "sbx-" + mine, "from-image"], out
     s.down()
+
+
+def _wheel(path):
+    """A minimal pure-Python wheel (a zip with its dist-info), made here."""
+    import base64
+    import hashlib
+    import zipfile
+    files = {"sbxdemo/__init__.py": b"ANSWER = 42\n",
+             "sbxdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: sbxdemo\nVersion: 1.0\n",
+             "sbxdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: sbx-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = ""
+    for n, d in files.items():
+        dg = base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+        record += "%s,sha256=%s,%d\n" % (n, dg, len(d))
+    record += "sbxdemo-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr("sbxdemo-1.0.dist-info/RECORD", record)
+
+
+def test_debian_python_pip_install(sbx, tmp_path):
+    """A real distribution image: Debian 12 minbase with python3 and pip (debootstrap, cached)."""
+    import debian
+    try:
+        root = debian.rootfs()
+    except Exception as e:  # offline, or no debootstrap: nothing to test against
+        pytest.skip("no Debian image (%s)" % e)
+    out = str(tmp_path / "debian.tar")
+    debian.pack(root, out)
+    assert sbx.ok("image", "import", out).split() == ["debian-py:12"]
+    ud = os.path.join(sbx.home, "users", "default", "threads", "py", "user-data", "workspace")
+    r = sh(sbx, "py", "grep PRETTY /etc/os-release; id -un", image="debian-py:12")
+    assert "Debian GNU/Linux 12" in r["stdout"] and r["stdout"].endswith("root\n"), r
+    _wheel(os.path.join(ud, "sbxdemo-1.0-py3-none-any.whl"))
+    r = sh(sbx, "py", "pip install --no-index --break-system-packages ./sbxdemo-1.0-py3-none-any.whl"
+           " >/dev/null && python3 -c 'import sbxdemo; print(sbxdemo.ANSWER)'")
+    assert r["exit_code"] == 0 and r["stdout"] == "42\n", r
+    sbx.ok("release", "-t", "py")
+    r = sh(sbx, "py", "python3 -c 'import sbxdemo; print(sbxdemo.ANSWER)'")
+    assert r["stdout"] == "42\n", r
+    sbx.ok("rm", "-t", "py")
+    r = sh(sbx, "py", "python3 -c 'import sbxdemo' 2>/dev/null; echo $?", image="debian-py:12")
+    assert r["stdout"] == "1\n", r
