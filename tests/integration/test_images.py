@@ -457,3 +457,19 @@ def test_debian_python_pip_install(sbx, tmp_path):
     sbx.ok("rm", "-t", "py")
     r = sh(sbx, "py", "python3 -c 'import sbxdemo' 2>/dev/null; echo $?", image="debian-py:12")
     assert r["stdout"] == "1\n", r
+
+
+def test_docker_archive_with_two_images_sharing_a_layer(sbx, tmp_path):
+    bb = mkimage.busybox_layer()
+    out = str(tmp_path / "two.tar")
+    mkimage.build_docker(out, [("one:1", [bb, mkimage.layer([("which", b"one")])], None),
+                               ("two:1", [bb, mkimage.layer([("which", b"two")])], None)])
+    assert sorted(sbx.ok("image", "import", out).split()) == ["one:1", "two:1"]
+    assert len(layers(sbx)) == 3
+    assert sh(sbx, "a", "cat /which", image="one:1")["stdout"] == "one"
+    assert sh(sbx, "b", "cat /which", image="two:1")["stdout"] == "two"
+    p = sbx.run("image", "import", "--name", "x:1", out)
+    assert p.returncode == 1 and b"--name" in p.stderr
+    # by digest prefix
+    dg = listing(sbx)["one:1"]["digest"][7:19]
+    assert sh(sbx, "c", "cat /which", image=dg)["stdout"] == "one"
