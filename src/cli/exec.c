@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json] -- "
-    "COMMAND\n"
+    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json]\n"
+    "                [--image IMAGE] -- COMMAND\n"
     "\n"
     "Runs `sh -lc COMMAND` in /mnt/user-data/workspace of the scope's sandbox, stdin from\n"
     "/dev/null. stdout and stderr go to ours as they arrive; the exit status is the command's\n"
