@@ -14,6 +14,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -113,6 +114,44 @@ static char *store_home(const struct sbx_instance *in)
   return home;
 }
 
+/* The lowest layer of every image: the mount points a sandbox needs (/proc, /dev, /sys, /tmp,
+ * /run, /root, /mnt/user-data, /etc) as directories, so an image without them needs none made
+ * in its upper (each costs a directory to create and, on destroy, to remove). Made once per
+ * store ($home/images/skeleton, outside what prune sweeps), atomically. NULL if it cannot be. */
+static char *skeleton_layer(const char *home)
+{
+  cleanup_free char *store = sbx_image_dir(home);
+  char *skel = xasprintf("%s/skeleton", store);
+  struct stat st;
+  if (stat(skel, &st) == 0)
+    return skel;
+  char name[] = "skeleton-XXXXXXXX";
+  sbx_random_hex(name + 9, 8);
+  cleanup_free char *tmp = xasprintf("%s/tmp/%s", store, name);
+  static const struct {
+    const char *name;
+    mode_t mode;
+  } dirs[] = {{"", 0755},     {"/etc", 0755},          {"/proc", 0555}, {"/dev", 0755},
+              {"/sys", 0555}, {"/tmp", 01777},         {"/run", 0755},  {"/root", 0700},
+              {"/mnt", 0755}, {"/mnt/user-data", 0755}};
+  bool ok = true;
+  for (size_t i = 0; ok && i < ARRAY_SIZE(dirs); i++) {
+    cleanup_free char *d = xasprintf("%s%s", tmp, dirs[i].name);
+    ok = mkdir(d, dirs[i].mode) == 0 && chmod(d, dirs[i].mode) == 0;
+  }
+  if (ok && rename(tmp, skel) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+    ok = false;
+  cleanup_free char *tdir = xasprintf("%s/tmp", store);
+  cleanup_close int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tfd >= 0)
+    sbx_rm_rf_at(tfd, name);
+  if (!ok || stat(skel, &st) < 0) {
+    free(skel);
+    return NULL;
+  }
+  return skel;
+}
+
 /* An image other than `host`: its layers for the launcher, the list of them in the state folder
  * (prune keeps what a sandbox has mounted), and its Env under the configured environment. */
 static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_error_t *err)
@@ -128,6 +167,9 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
     sbx_buf_printf(&layers, "%s%s", i ? "\n" : "", r.layers.v[i]);
     sbx_buf_printf(&ids, "%s\n", r.layer_ids.v[i]);
   }
+  cleanup_free char *skel = skeleton_layer(home);
+  if (skel)
+    sbx_buf_printf(&layers, "\n%s", skel);
   cleanup_free char *list = xasprintf("%s/" SBX_IMAGE_LAYERS_FILE, in->dir);
   int ret = 0;
   if (r.layers.n == 0)

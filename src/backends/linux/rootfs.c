@@ -580,7 +580,10 @@ static int image_setup(const struct sbx_launch_spec *s, sbx_error_t *err)
     }
     sbx_buf_printf(&opts, "%s%s", i ? ":" : "", at);
   }
-  sbx_buf_printf(&opts, ",upperdir=%s,workdir=%s", upper, work);
+  /* volatile: no sync of the upper's file system (at every fsync inside, and when the overlay
+   * goes with the sandbox's last process); an upper lives and dies with its sandbox, which a
+   * host crash ends anyway */
+  sbx_buf_printf(&opts, ",upperdir=%s,workdir=%s,volatile", upper, work);
   int r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
   int saved = errno;
   sbx_buf_free(&opts);
