@@ -16,3 +16,13 @@ run "$sbx" grep -t demo /mnt/user-data 'print'
 run "$sbx" exec -t demo --json -- 'echo out; echo err >&2; exit 3' || true
 run "$sbx" ps
 run "$sbx" rm -t demo
+# an image, built offline from busybox-static (tests/images/mkimage.py), with a writable root
+img=$(mktemp -d)/busybox.tar
+run python3 "$(dirname "$0")/../tests/images/mkimage.py" "$img" --name busybox:tour
+run "$sbx" image import "$img"
+run "$sbx" images
+run "$sbx" exec -t img --image busybox:tour -- 'echo installed > /usr/bin/tool; busybox | head -1; cat /usr/bin/tool'
+run "$sbx" rm -t img
+run "$sbx" rmi busybox:tour
+run "$sbx" image prune
+rm -rf "$(dirname "$img")"

@@ -52,10 +52,12 @@ struct sbx_config {
   int64_t bash_output_max_chars;      /* DeerFlow tool-layer caps, default 20000 / 50000 / 20000 */
   int64_t read_file_output_max_chars; /* (0 = no truncation) */
   int64_t ls_output_max_chars;
-  uint64_t tmp_size_mib;        /* writable /tmp inside, default 1024 */
-  uint64_t home_size_mib;       /* writable home inside, default 256 */
-  uint64_t user_data_size_mib;  /* size cap of a thread folder (an ext4 image), 0 = none */
-  int64_t health_check_timeout; /* seconds, default 10 */
+  uint64_t tmp_size_mib;            /* writable /tmp inside, default 1024 */
+  uint64_t home_size_mib;           /* writable home inside, default 256 */
+  uint64_t user_data_size_mib;      /* size cap of a thread folder (an ext4 image), 0 = none */
+  uint64_t image_layer_max_mib;     /* image import: bytes of one layer (or archive), 16384 */
+  uint64_t image_layer_max_entries; /* image import: entries of one layer, 1000000 */
+  int64_t health_check_timeout;     /* seconds, default 10 */
   /* BoxLite's key: a warm sandbox last used less than this many seconds ago is reclaimed with a
    * ping of its init instead of running `true` (default 0: always run it) */
   double health_check_skip_seconds;

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json] -- "
-    "COMMAND\n"
+    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json]\n"
+    "                [--image IMAGE] -- COMMAND\n"
     "\n"
     "Runs `sh -lc COMMAND` in /mnt/user-data/workspace of the scope's sandbox, stdin from\n"
     "/dev/null. stdout and stderr go to ours as they arrive; the exit status is the command's\n"
@@ -19,6 +19,8 @@ static const char usage[] =
     "  -u, --user USER       scope user id (default \"default\")\n"
     "  -e, --env KEY=VALUE   set a variable for this command (repeatable)\n"
     "      --timeout SECONDS default: sandbox.bash_command_timeout (600)\n"
+    "      --image IMAGE     make the sandbox from this image (default: sandbox.image;\n"
+    "                        applies when the sandbox is created)\n"
     "      --json            print {\"stdout\",\"stderr\",\"exit_code\",\"timed_out\",\"output\"}\n"
     "                        (output = the rendered text an agent reads); each stream is\n"
     "                        kept up to 10 MiB\n";
@@ -61,6 +63,7 @@ int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const
 }
 
 struct exec_args {
+  const char *image;
   sbx_strv_t env;
   double timeout;
   bool json;
@@ -74,6 +77,9 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
     if (strchr(arg, '=') == NULL)
       return cli_usage_error(c, "-e needs KEY=VALUE, got '%s'", arg);
     sbx_strv_push(&a->env, arg);
+    return 0;
+  case 'I':
+    a->image = arg;
     return 0;
   case 'T':
     if (!cli_parse_seconds(arg, &a->timeout))
@@ -92,12 +98,19 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
   static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
                                        {"timeout", required_argument, NULL, 'T'},
                                        {"json", no_argument, NULL, 'j'},
+                                       {"image", required_argument, NULL, 'I'},
                                        {NULL, 0, NULL, 0}};
   struct cli_scope s = {0};
   struct exec_args a = {0};
   int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:", on_opt, &a, -1);
   if (r == 0)
     r = cli_open(c);
+  /* for this sandbox only: the spares made after this call are the configured image's */
+  char *configured_image = NULL;
+  if (r == 0 && a.image) {
+    configured_image = c->cfg->image;
+    c->cfg->image = xstrdup(a.image);
+  }
   if (r == 0) {
     cleanup_free char *command = cli_join(argc, argv, optind);
     sbx_error_t err = NULL;
@@ -116,6 +129,10 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
     }
   }
   sbx_strv_free(&a.env);
+  if (configured_image) {
+    free(c->cfg->image);
+    c->cfg->image = configured_image;
+  }
   return r == CLI_DONE ? 0 : r;
 }
 

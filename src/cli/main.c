@@ -21,6 +21,9 @@ static const struct cli_verb verbs[] = {
     {"down", cmd_down, "destroy every sandbox of the pool"},
     {"config", cmd_config, "check or show the configuration"},
     {"mcp", cmd_mcp, "serve the sandbox as MCP tools over stdio (for agents)"},
+    {"image", cmd_image, "import, list, remove or prune images (sbx image --help)"},
+    {"images", cmd_images, "list the images of the store"},
+    {"rmi", cmd_rmi, "remove images (refused while a sandbox uses one)"},
 };
 
 static void usage(FILE *f)

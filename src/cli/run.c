@@ -4,10 +4,11 @@
 #include "util.h"
 
 static const char usage[] =
-    "Usage: sbx run [-e KEY=VALUE]... [--timeout SECONDS] [--json] -- COMMAND\n"
+    "Usage: sbx run [-e KEY=VALUE]... [--timeout SECONDS] [--json] [--image IMAGE] -- COMMAND\n"
     "\n"
     "Creates a sandbox with a random id, runs `sh -lc COMMAND` in it like `sbx exec`, and\n"
-    "destroys it (with every process the command started). Exit status as for exec.\n";
+    "destroys it (with every process the command started). Exit status as for exec.\n"
+    "--image makes it from an image of the store (sbx images) instead of sandbox.image.\n";
 
 int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped);
 

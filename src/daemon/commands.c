@@ -12,8 +12,19 @@
 #include <sys/mman.h>
 #include <time.h>
 
-static char **shell_argv(const char *command, sbx_strv_t *argv)
+static char **shell_argv(const struct box *b, const char *command, sbx_strv_t *argv)
 {
+  const char *image = json_string_value(json_object_get(b->extra, "image"));
+  if (image && strcmp(image, "host") != 0) {
+    /* an image: its bash if it has one, else its sh */
+    sbx_strv_push(argv, "sh");
+    sbx_strv_push(argv, "-c");
+    sbx_strv_push(argv,
+                  "command -v bash >/dev/null 2>&1 && exec bash -c \"$1\"; exec sh -c \"$1\"");
+    sbx_strv_push(argv, "sh");
+    sbx_strv_push(argv, command);
+    return argv->v;
+  }
   sbx_strv_push(argv, srv.shell);
   sbx_strv_push(argv, "-c");
   sbx_strv_push(argv, command);
@@ -76,7 +87,7 @@ enum MHD_Result h_command(struct req *r)
   if (c && *c)
     j->cwd = sbxd_path_clean(c);
   j->background = json_is_true(bg);
-  shell_argv(j->command, &j->argv);
+  shell_argv(r->box, j->command, &j->argv);
   return job_run(r, j);
 }
 

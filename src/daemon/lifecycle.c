@@ -7,6 +7,7 @@
 #include "registry.h"
 #include "spares.h"
 #include "volumes.h"
+#include "../lib/image/image.h"
 
 #include <errno.h>
 #include <string.h>
@@ -178,7 +179,12 @@ static const char *resolve_image(const char *uri)
   for (size_t i = 0; i < srv.cfg->n_images; i++)
     if (strcmp(srv.cfg->images[i].name, uri) == 0)
       return srv.cfg->images[i].target;
-  return NULL;
+  /* an image of the store (sbx image import) */
+  struct sbx_image_rootfs img;
+  if (sbx_image_resolve(sbx_provider_home(srv.p), uri, &img, NULL) < 0)
+    return NULL;
+  sbx_image_rootfs_free(&img);
+  return uri;
 }
 
 /* What a create request asks for, its members borrowed from the body. */
@@ -305,7 +311,8 @@ static const char *create_unsupported(struct create *c, char **msg)
     sbx_buf_puts(&known, "host");
     for (size_t i = 0; i < srv.cfg->n_images; i++)
       sbx_buf_printf(&known, ", %s", srv.cfg->images[i].name);
-    *msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); declare it under "
+    *msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); import it with "
+                     "`sbx image import` (sbx images lists them) or declare an alias under "
                      "sbxd.images in the configuration.",
                      c->uri, known.data);
     sbx_buf_free(&known);

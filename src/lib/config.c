@@ -660,6 +660,8 @@ static const struct field sandbox_fields[] = {
     {"tmp_size_mib", F_U64, OFF(tmp_size_mib), true, MIB_MAX, NULL},
     {"home_size_mib", F_U64, OFF(home_size_mib), true, MIB_MAX, NULL},
     {"user_data_size_mib", F_U64, OFF(user_data_size_mib), false, MIB_MAX, NULL},
+    {"image_layer_max_mib", F_U64, OFF(image_layer_max_mib), true, MIB_MAX, NULL},
+    {"image_layer_max_entries", F_U64, OFF(image_layer_max_entries), true, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
@@ -1016,6 +1018,8 @@ static struct sbx_config *config_alloc(void)
   cfg->ls_output_max_chars = 20000;
   cfg->tmp_size_mib = 1024;
   cfg->home_size_mib = 256;
+  cfg->image_layer_max_mib = 16384;
+  cfg->image_layer_max_entries = 1000000;
   cfg->health_check_timeout = 10;
   cfg->request_timeout = 30;
   cfg->ready_timeout = 30;
@@ -1279,6 +1283,8 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
   sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
   sbx_buf_printf(&b, "  user_data_size_mib: %" PRIu64 "\n", cfg->user_data_size_mib);
+  sbx_buf_printf(&b, "  image_layer_max_mib: %" PRIu64 "\n", cfg->image_layer_max_mib);
+  sbx_buf_printf(&b, "  image_layer_max_entries: %" PRIu64 "\n", cfg->image_layer_max_entries);
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);

@@ -70,10 +70,20 @@ char *sbx__spare_key(const struct sbx_pool *pool, const struct sbx_create_opts *
   return sbx_buf_steal(&b);
 }
 
+/* Do two spare keys name the same image? ("BACKEND image=NAME ...") */
+static bool same_image(const char *a, const char *b)
+{
+  const char *ia = strstr(a, " image="), *ib = strstr(b, " image=");
+  if (ia == NULL || ib == NULL)
+    return ia == ib;
+  size_t la = strcspn(ia + 7, " "), lb = strcspn(ib + 7, " ");
+  return la == lb && strncmp(ia + 7, ib + 7, la) == 0;
+}
+
 /* Is spare `id` of pool sp alive and made for key? Destroys it if it is dead or made for another
  * configuration. Caller holds sp's locks/<id>. */
 static bool spare_usable(const struct sbx_pool *sp, const char *id, const char *key,
-                         struct sbx_meta *out)
+                         bool keep_other_images, struct sbx_meta *out)
 {
   struct sbx_instance in;
   sbx_error_t lerr = NULL;
@@ -83,6 +93,13 @@ static bool spare_usable(const struct sbx_pool *sp, const char *id, const char *
   }
   bool ok = in.meta.spare_key && strcmp(in.meta.spare_key, key) == 0 && in.ops->alive(&in) &&
             !sbx_lease_held(sp->home, id);
+  if (!ok && keep_other_images && in.meta.spare_key && !same_image(in.meta.spare_key, key) &&
+      in.ops->alive(&in)) {
+    /* taking: a spare of another image is not stale, it waits for a create of its own image
+     * (`sbx exec --image`); the filler, which knows the configured image, removes it */
+    sbx__instance_free(&in);
+    return false;
+  }
   if (!ok && !sbx_lease_held(sp->home, id)) {
     sbx_log(SBX_LOG_INFO, "removing spare %s (%s)", id,
             in.ops->alive(&in) ? "made for another configuration" : "dead");
@@ -112,7 +129,7 @@ bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_inst
     if (lock < 0)
       continue; /* being made, taken or reaped by someone else */
     struct sbx_meta m;
-    if (spare_usable(sp, ids.v[i], key, &m)) {
+    if (spare_usable(sp, ids.v[i], key, true, &m)) {
       cleanup_free char *from = sbx_state_dir(sp->home, ids.v[i]);
       if (renameat2(AT_FDCWD, from, AT_FDCWD, in->dir, RENAME_NOREPLACE) == 0) {
         in->meta.pid = m.pid;
@@ -150,7 +167,7 @@ static int spares_count(const struct sbx_pool *sp, const char *key)
       n++; /* busy: being made (or taken, then it is gone next time) */
       continue;
     }
-    n += spare_usable(sp, ids.v[i], key, NULL);
+    n += spare_usable(sp, ids.v[i], key, false, NULL);
     close(lock);
   }
   sbx_strv_free(&ids);

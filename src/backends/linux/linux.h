@@ -64,6 +64,7 @@ struct sbx_launch_spec {
   char *state_dir;       /* $SBX_HOME/sandboxes/<id>: ctl.sock, lease, root/ live here */
   char *user_data;       /* host folder bound at /mnt/user-data */
   char *image;           /* "host": the host's /usr, read-only, with a generated /etc */
+  char *layers;          /* another image: its layer folders, top first, '\n'-separated */
   uint64_t memory_bytes; /* 0 = none */
   uint64_t cpu_millis;   /* 1000 = one CPU; 0 = none */
   int64_t pids;          /* 0 = none */

@@ -19,6 +19,7 @@ enum {
   L_MOUNT_HOST,
   L_MOUNT_CONTAINER,
   L_MOUNT_RO,
+  L_LAYERS,
 };
 
 void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
@@ -35,6 +36,8 @@ void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
   sbx_tlv_put_u64(&w, L_TMP, s->tmp_bytes);
   sbx_tlv_put_u64(&w, L_HOME, s->home_bytes);
   sbx_tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
+  if (s->layers)
+    sbx_tlv_put_str(&w, L_LAYERS, s->layers);
   for (size_t i = 0; i < s->n_mounts; i++) {
     sbx_tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
     sbx_tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
@@ -57,7 +60,8 @@ int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
       sbx_tlv_get_u64(p, len, L_NET_HOST, 0, &v) < 0 ||
       sbx_tlv_get_u64(p, len, L_TMP, 64u << 20, &s->tmp_bytes) < 0 ||
       sbx_tlv_get_u64(p, len, L_HOME, 64u << 20, &s->home_bytes) < 0 ||
-      sbx_tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0)
+      sbx_tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0 ||
+      sbx_tlv_get_str(p, len, L_LAYERS, &s->layers) < 0)
     goto bad;
   s->net_host = v != 0;
   sbx_tlv_reader_t r;
@@ -93,6 +97,7 @@ void sbx_launch_spec_free(struct sbx_launch_spec *s)
   free(s->state_dir);
   free(s->user_data);
   free(s->image);
+  free(s->layers);
   for (size_t i = 0; i < s->n_mounts; i++) {
     free(s->mounts[i].host);
     free(s->mounts[i].container);

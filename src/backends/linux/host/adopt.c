@@ -28,7 +28,8 @@ struct adopt_job {
   int pidfd;   /* the sandbox's PID 1 */
   int tree_fd; /* the user-data folder, detached; -1 to keep the spare's tmpfs */
   const char *hostname, *etc_hostname, *etc_hosts;
-  const char *step; /* what failed, with err */
+  bool writable_root; /* an image's overlay root stays writable */
+  const char *step;   /* what failed, with err */
   int err;
 };
 
@@ -73,7 +74,7 @@ static int adopt_child(void *arg)
               write_small("/etc/hosts", j->etc_hosts) == 0;
   int saved = errno;
   j->step = "make / read-only again";
-  if (mount_setattr(AT_FDCWD, "/", 0, &ro, sizeof ro) < 0)
+  if (!j->writable_root && mount_setattr(AT_FDCWD, "/", 0, &ro, sizeof ro) < 0)
     goto fail;
   if (!wrote) {
     errno = saved;
@@ -143,7 +144,8 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
                           .tree_fd = tree,
                           .hostname = hostname,
                           .etc_hostname = etc_hostname,
-                          .etc_hosts = etc_hosts};
+                          .etc_hosts = etc_hosts,
+                          .writable_root = in->meta.image && strcmp(in->meta.image, "host") != 0};
   cleanup_free char *stack = xmalloc(ADOPT_STACK);
   /* CLONE_VFORK: we resume once the child is done; CLONE_VM: it writes job.step/err for us */
   pid_t child =

@@ -6,6 +6,7 @@
 #include "linux.h"
 #include "log.h"
 #include "proto.h"
+#include "../../../lib/image/image.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -58,6 +60,107 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   }
 }
 
+/* The image's Env goes before the sandbox's own (sbx_create's), and a key the configuration
+ * sets is the configuration's. */
+static void image_env(struct sbx_instance *in, const sbx_strv_t *image)
+{
+  sbx_strv_t env = {0};
+  for (size_t i = 0; i < image->n; i++) {
+    size_t k = strcspn(image->v[i], "=");
+    bool configured = false;
+    for (size_t c = 0; c < in->cfg->n_environment; c++)
+      configured |= strlen(in->cfg->environment[c].key) == k &&
+                    strncmp(in->cfg->environment[c].key, image->v[i], k) == 0;
+    if (!configured)
+      sbx_strv_push(&env, image->v[i]);
+  }
+  for (size_t i = 0; i < in->meta.env.n; i++)
+    sbx_strv_push(&env, in->meta.env.v[i]);
+  sbx_strv_free(&in->meta.env);
+  in->meta.env = env;
+}
+
+/* the store of in's home ($home/spare is the spare pool's: the store is $home's) */
+static char *store_home(const struct sbx_instance *in)
+{
+  char *home = xstrdup(in->home);
+  if (in->provider == NULL && sbx_str_has_suffix(home, "/spare"))
+    home[strlen(home) - 6] = '\0';
+  return home;
+}
+
+/* The lowest layer of every image: the mount points a sandbox needs (/proc, /dev, /sys, /tmp,
+ * /run, /root, /mnt/user-data, /etc) as directories, so an image without them needs none made
+ * in its upper (each costs a directory to create and, on destroy, to remove). Made once per
+ * store ($home/images/skeleton, outside what prune sweeps), atomically. NULL if it cannot be. */
+static char *skeleton_layer(const char *home)
+{
+  cleanup_free char *store = sbx_image_dir(home);
+  char *skel = xasprintf("%s/skeleton", store);
+  struct stat st;
+  if (stat(skel, &st) == 0)
+    return skel;
+  char name[] = "skeleton-XXXXXXXX";
+  sbx_random_hex(name + 9, 8);
+  cleanup_free char *tmp = xasprintf("%s/tmp/%s", store, name);
+  static const struct {
+    const char *name;
+    mode_t mode;
+  } dirs[] = {{"", 0755},     {"/etc", 0755},          {"/proc", 0555}, {"/dev", 0755},
+              {"/sys", 0555}, {"/tmp", 01777},         {"/run", 0755},  {"/root", 0700},
+              {"/mnt", 0755}, {"/mnt/user-data", 0755}};
+  bool ok = true;
+  for (size_t i = 0; ok && i < ARRAY_SIZE(dirs); i++) {
+    cleanup_free char *d = xasprintf("%s%s", tmp, dirs[i].name);
+    ok = mkdir(d, dirs[i].mode) == 0 && chmod(d, dirs[i].mode) == 0;
+  }
+  if (ok && rename(tmp, skel) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+    ok = false;
+  cleanup_free char *tdir = xasprintf("%s/tmp", store);
+  cleanup_close int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tfd >= 0)
+    sbx_rm_rf_at(tfd, name);
+  if (!ok || stat(skel, &st) < 0) {
+    free(skel);
+    return NULL;
+  }
+  return skel;
+}
+
+/* An image other than `host`: its layers for the launcher, the list of them in the state folder
+ * (prune keeps what a sandbox has mounted), and its Env under the configured environment. */
+static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  if (strcmp(s->image, "host") == 0)
+    return 0;
+  cleanup_free char *home = store_home(in);
+  struct sbx_image_rootfs r;
+  if (sbx_image_resolve(home, s->image, &r, err) < 0)
+    return -1;
+  sbx_buf_t layers = {0}, ids = {0};
+  for (size_t i = 0; i < r.layers.n; i++) {
+    sbx_buf_printf(&layers, "%s%s", i ? "\n" : "", r.layers.v[i]);
+    sbx_buf_printf(&ids, "%s\n", r.layer_ids.v[i]);
+  }
+  cleanup_free char *skel = skeleton_layer(home);
+  if (skel)
+    sbx_buf_printf(&layers, "\n%s", skel);
+  cleanup_free char *list = xasprintf("%s/" SBX_IMAGE_LAYERS_FILE, in->dir);
+  int ret = 0;
+  if (r.layers.n == 0)
+    ret = sbx_make_error(err, 0, SBX_E_INVALID, "image `%s` has no layers", s->image);
+  else if (sbx_write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
+    ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s`", list);
+  if (ret == 0) {
+    image_env(in, &r.env);
+    s->layers = sbx_buf_steal(&layers);
+  }
+  sbx_buf_free(&layers);
+  sbx_buf_free(&ids);
+  sbx_image_rootfs_free(&r);
+  return ret;
+}
+
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
@@ -66,9 +169,15 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);
+  if (image_layers(in, &spec, err) < 0) {
+    free(spec.mounts);
+    sbx_strv_free(&canon);
+    return -1;
+  }
   sbx_buf_t payload = {0};
   sbx_launch_spec_encode(&spec, &payload);
   free(spec.mounts);
+  free(spec.layers);
   sbx_strv_free(&canon);
 
   int sv[2];
@@ -130,6 +239,20 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   return 0;
+}
+
+/* A spare of an image: the adopting sandbox's commands get the image's Env too. */
+static int linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
+{
+  if (in->meta.image && strcmp(in->meta.image, "host") != 0) {
+    cleanup_free char *home = store_home(in);
+    struct sbx_image_rootfs r;
+    if (sbx_image_resolve(home, in->meta.image, &r, err) < 0)
+      return -1;
+    image_env(in, &r.env);
+    sbx_image_rootfs_free(&r);
+  }
+  return sbx_linux_adopt(in, user_data, err);
 }
 
 static bool linux_alive(struct sbx_instance *in)
@@ -204,7 +327,19 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
 
 static int linux_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err)
 {
-  return sbx__agent_health(in->dir, timeout_s * 1000, err);
+  sbx_error_t e = NULL;
+  if (sbx__agent_health(in->dir, timeout_s * 1000, &e) == 0)
+    return 0;
+  /* an image may have no `true` (nor a shell): its init answering is the check then */
+  if (in->meta.image && strcmp(in->meta.image, "host") != 0 && strstr(e->msg, "exited with 127")) {
+    sbx_error_release(&e);
+    return sbx__agent_ping(in->dir, timeout_s * 1000, err);
+  }
+  if (err)
+    *err = e;
+  else
+    sbx_error_release(&e);
+  return -1;
 }
 
 static int linux_metrics(struct sbx_instance *in, struct sbx_metrics *m, sbx_error_t *err)
@@ -263,7 +398,7 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
-    .adopt = sbx_linux_adopt,
+    .adopt = linux_adopt,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,
     .read_text = sbx__agent_read_text,

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <net/if.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 static int mnt(const char *src, const char *dst, const char *type, unsigned long flags,
                const char *data, sbx_error_t *err)
@@ -353,10 +355,11 @@ int sbx_net_setup_loopback(sbx_error_t *err)
 }
 
 static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err);
+static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err);
 
 int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
 {
-  if (strcmp(s->image, "host") != 0)
+  if (s->layers == NULL && strcmp(s->image, "host") != 0)
     return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "image `%s` is not available", s->image);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "make mounts private");
@@ -369,9 +372,37 @@ int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
     s->idmap_fd = -1;
   }
   if (r == 0)
-    r = rootfs_setup(s, trees, err);
+    r = s->layers ? image_setup(s, trees, err) : rootfs_setup(s, trees, err);
   close_trees(trees, s->n_mounts + 1);
   return r;
+}
+
+/* /mnt/user-data: the thread folder's prepared tree (trees[0]), or for a throw-away sandbox a
+ * tmpfs of its own (its files live and die with it). */
+static int user_data_setup(const char *root, const struct sbx_launch_spec *s, int tree,
+                           sbx_error_t *err)
+{
+  cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
+  if (tree >= 0) {
+    /* libsbx made the folder and its parents without following symlinks; none was followed
+     * here either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
+                            s->user_data);
+    return 0;
+  }
+  char opts[128];
+  snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
+           (unsigned long long) s->tmp_bytes, s->uid_base, s->uid_base);
+  if (mnt("user-data", ud, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
+    return -1;
+  static const char *const subs[] = {"workspace", "uploads", "outputs"};
+  for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+    cleanup_free char *d = xasprintf("%s/%s", ud, subs[i]);
+    if (mkdir(d, 0755) < 0 || chown(d, s->uid_base, s->uid_base) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
+  }
+  return 0;
 }
 
 static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
@@ -426,26 +457,8 @@ static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", ids, ids);
   if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts, err) < 0)
     return -1;
-  cleanup_free char *ud = xasprintf("%s/mnt/user-data", root);
-  if (trees[0] >= 0) {
-    /* libsbx made the folder and its parents without following symlinks; none was followed
-     * here either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
-    if (syscall(SYS_move_mount, trees[0], "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
-                            s->user_data);
-  } else {
-    /* a throw-away sandbox: its files live and die with it, in its own tmpfs */
-    snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
-             (unsigned long long) s->tmp_bytes, ids, ids);
-    if (mnt("user-data", ud, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
-      return -1;
-    static const char *const subs[] = {"workspace", "uploads", "outputs"};
-    for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
-      cleanup_free char *d = xasprintf("%s/%s", ud, subs[i]);
-      if (mkdir(d, 0755) < 0 || chown(d, ids, ids) < 0)
-        return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
-    }
-  }
+  if (user_data_setup(root, s, trees[0], err) < 0)
+    return -1;
   return user_mounts(rootfd, s, trees + 1, err);
 }
 
@@ -462,5 +475,242 @@ int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "detach the old root");
   if (chdir("/") < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "chdir /");
-  return make_readonly("/", false, err);
+  /* an image's root is its writable overlay */
+  return s->layers ? 0 : make_readonly("/", false, err);
+}
+
+/* ---- an image's root: overlayfs over its layers, a writable upper in the state folder ----
+ *
+ *   /             overlay: lowerdir = the image's layers (shared by every sandbox of the
+ *                 image, each seen through an idmapped mount that maps the store's 0-based
+ *                 owners onto the sandboxes' host range), upperdir = <state_dir>/upper
+ *   /etc          the image's, with hostname, hosts and resolv.conf generated (and root added
+ *                 to passwd and group if missing)
+ *   /proc /sys /dev /tmp /run /mnt/user-data   as for `host`
+ *
+ * The image is attacker input: the mount points are made real directories of the new root
+ * (a symlink there is replaced) before anything is mounted on them by path, and the /etc files
+ * are replaced, never written through. */
+
+/* A user namespace mapping ids 0..65535 onto the sandboxes' range: what an idmapped mount of a
+ * layer needs. A child unshares it and waits; we map it, keep a descriptor, let it go. */
+static int range_userns(uint32_t base, sbx_error_t *err)
+{
+  int ready[2], hold[2];
+  if (pipe2(ready, O_CLOEXEC) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "pipe");
+  if (pipe2(hold, O_CLOEXEC) < 0) {
+    close(ready[0]), close(ready[1]);
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "pipe");
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    /* our pid in the procfs at hand (the host's: this runs in a new pid namespace) */
+    char self[32] = "E";
+    ssize_t n = readlink("/proc/self", self + 1, sizeof self - 2);
+    if (unshare(CLONE_NEWUSER) == 0 && n > 0)
+      self[0] = 'U', self[n + 1] = '\0';
+    (void) !write(ready[1], self, sizeof self);
+    (void) !read(hold[0], self, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char self[32] = "";
+  int fd = -1;
+  if (pid > 0 && read(ready[0], self, sizeof self) == (ssize_t) sizeof self && self[0] == 'U') {
+    char path[64], map[64];
+    long hpid = atol(self + 1);
+    snprintf(map, sizeof map, "0 %u %u\n", base, SBX_UID_COUNT);
+    bool ok = true;
+    for (int i = 0; i < 2 && ok; i++) {
+      snprintf(path, sizeof path, "/proc/%ld/%s", hpid, i ? "gid_map" : "uid_map");
+      cleanup_close int m = open(path, O_WRONLY | O_CLOEXEC);
+      ok = m >= 0 && sbx_write_all(m, map, strlen(map)) == 0;
+    }
+    snprintf(path, sizeof path, "/proc/%ld/ns/user", hpid);
+    if (ok)
+      fd = open(path, O_RDONLY | O_CLOEXEC);
+  }
+  int saved = errno;
+  close(ready[0]);
+  close(hold[1]);
+  if (pid > 0)
+    TEMP_FAILURE_RETRY(waitpid(pid, NULL, 0));
+  if (fd < 0)
+    return sbx_make_error(err, saved, SBX_E_INTERNAL, "make the user namespace of the id range");
+  return fd;
+}
+
+/* name (relative to rootfd, parents already real) as a real directory */
+static int real_dir(int rootfd, const char *name, mode_t mode, uint32_t ids, sbx_error_t *err)
+{
+  struct stat st;
+  if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return 0;
+    if (unlinkat(rootfd, name, 0) < 0)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "replace /%s of the image", name);
+  }
+  if (mkdirat(rootfd, name, mode) < 0 && errno != EEXIST)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
+  if (fchownat(rootfd, name, ids, ids, AT_SYMLINK_NOFOLLOW) < 0 ||
+      fchmodat(rootfd, name, mode, 0) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
+  return 0;
+}
+
+/* Replaces /etc/name (whatever the image has there) by content, owned by the sandbox's root. */
+static int etc_put(int etc, const char *name, const char *content, uint32_t ids, sbx_error_t *err)
+{
+  if (unlinkat(etc, name, 0) < 0 && errno == EISDIR)
+    sbx_rm_rf_at(etc, name);
+  cleanup_close int fd =
+      openat(etc, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 || sbx_write_all(fd, content, strlen(content)) < 0 || fchown(fd, ids, ids) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "write /etc/%s", name);
+  return 0;
+}
+
+/* The image's /etc/name (a regular file, never followed), plus line if no line starts with key. */
+static int etc_merge(int etc, const char *name, const char *key, const char *line, uint32_t ids,
+                     sbx_error_t *err)
+{
+  cleanup_close int fd = openat(etc, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  cleanup_free char *data = NULL;
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    size_t len;
+    if (sbx_read_file_at(AT_FDCWD, p, 1 << 20, &data, &len) < 0)
+      data = NULL;
+  }
+  if (data) {
+    size_t k = strlen(key);
+    for (const char *l = data; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+      if (strncmp(l, key, k) == 0)
+        return 0;
+  }
+  cleanup_free char *merged =
+      xasprintf("%s%s%s", data ? data : "",
+                data && *data && !sbx_str_has_suffix(data, "\n") ? "\n" : "", line);
+  return etc_put(etc, name, merged, ids, err);
+}
+
+static int image_etc(int rootfd, const struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  const uint32_t ids = s->uid_base;
+  cleanup_close int etc = openat(rootfd, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (etc < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open /etc");
+  cleanup_free char *hosts = xasprintf(SBX_ETC_HOSTS_FMT, s->id);
+  cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT "\n", s->id);
+  cleanup_free char *resolv = NULL;
+  size_t len = 0;
+  if (s->net_host && sbx_read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &resolv, &len) < 0)
+    resolv = NULL;
+  if (etc_put(etc, "hosts", hosts, ids, err) < 0 ||
+      etc_put(etc, "hostname", hostname, ids, err) < 0 ||
+      etc_put(etc, "resolv.conf", resolv ? resolv : "", ids, err) < 0 ||
+      etc_merge(etc, "passwd", "root:", "root:x:0:0:root:/root:/bin/sh\n", ids, err) < 0 ||
+      etc_merge(etc, "group", "root:", "root:x:0:\n", ids, err) < 0)
+    return -1;
+  return 0;
+}
+
+static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
+{
+  const uint32_t ids = s->uid_base;
+  cleanup_free char *root = xasprintf("%s/root", s->state_dir);
+  cleanup_free char *upper = xasprintf("%s/upper", s->state_dir);
+  cleanup_free char *work = xasprintf("%s/work", s->state_dir);
+  cleanup_free char *lower = xasprintf("%s/l", s->state_dir);
+  static const char *const made[] = {"root", "upper", "work", "l"};
+  for (size_t i = 0; i < ARRAY_SIZE(made); i++) {
+    cleanup_free char *d = xasprintf("%s/%s", s->state_dir, made[i]);
+    if (mkdir(d, 0755) < 0 && errno != EEXIST)
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
+  }
+  /* the upper's root is the overlay's root: the sandbox's root owns it */
+  if (chown(upper, ids, ids) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "chown `%s`", upper);
+  cleanup_close int userns = range_userns(ids, err);
+  if (userns < 0)
+    return -1;
+  sbx_buf_t opts = {0};
+  sbx_buf_puts(&opts, "lowerdir=");
+  cleanup_free char *layers = xstrdup(s->layers);
+  char *save = NULL;
+  int i = 0;
+  for (char *l = strtok_r(layers, "\n", &save); l; l = strtok_r(NULL, "\n", &save), i++) {
+    cleanup_free char *at = xasprintf("%s/%d", lower, i);
+    if (mkdir(at, 0755) < 0 && errno != EEXIST) {
+      sbx_buf_free(&opts);
+      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", at);
+    }
+    /* the layer seen through the range's ids, read-only, attached by fd */
+    cleanup_close int tree = sbx_open_tree_nofollow(l, false);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+                              .userns_fd = (uint64_t) userns};
+    if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||
+        syscall(SYS_move_mount, tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      sbx_buf_free(&opts);
+      return sbx_make_error(err, errno, SBX_E_UNSUPPORTED,
+                            "idmapped mount of layer `%s` (needs Linux 5.12+ and a file system "
+                            "that supports idmapped mounts)",
+                            l);
+    }
+    sbx_buf_printf(&opts, "%s%s", i ? ":" : "", at);
+  }
+  /* volatile: no sync of the upper's file system (at every fsync inside, and when the overlay
+   * goes with the sandbox's last process); an upper lives and dies with its sandbox, which a
+   * host crash ends anyway */
+  sbx_buf_printf(&opts, ",upperdir=%s,workdir=%s,volatile", upper, work);
+  int r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
+  int saved = errno;
+  sbx_buf_free(&opts);
+  if (r < 0)
+    return sbx_make_error(err, saved, SBX_E_UNSUPPORTED,
+                          "mount the image's overlay on `%s` (overlayfs with idmapped lower "
+                          "layers needs Linux 5.19+; the state folder's file system must support "
+                          "an overlay upper)",
+                          root);
+  cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
+  static const struct {
+    const char *name;
+    mode_t mode;
+  } points[] = {{"etc", 0755},  {"proc", 0555}, {"dev", 0755},
+                {"sys", 0555},  {"tmp", 01777}, {"run", 0755},
+                {"root", 0700}, {"mnt", 0755},  {"mnt/user-data", 0755}};
+  for (size_t k = 0; k < ARRAY_SIZE(points); k++)
+    if (real_dir(rootfd, points[k].name, points[k].mode, ids, err) < 0)
+      return -1;
+  if (image_etc(rootfd, s, err) < 0)
+    return -1;
+  cleanup_free char *dev = xasprintf("%s/dev", root);
+  if (mnt("dev", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=1m", err) < 0 ||
+      dev_setup(rootfd, root, err) < 0 || proc_setup(root, err) < 0)
+    return -1;
+  char o[128];
+  if (!s->net_host) {
+    cleanup_free char *sys = xasprintf("%s/sys", root);
+    if (mnt("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
+      return -1;
+  }
+  cleanup_free char *tmp = xasprintf("%s/tmp", root);
+  snprintf(o, sizeof o, "mode=1777,size=%llu", (unsigned long long) s->tmp_bytes);
+  if (mnt("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, o, err) < 0)
+    return -1;
+  cleanup_free char *run = xasprintf("%s/run", root);
+  snprintf(o, sizeof o, "mode=0755,size=16m,uid=%u,gid=%u", ids, ids);
+  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, o, err) < 0)
+    return -1;
+  if (user_data_setup(root, s, trees[0], err) < 0)
+    return -1;
+  return user_mounts(rootfd, s, trees + 1, err);
 }

@@ -1,0 +1,168 @@
+/* The image store (docs/images.md): OCI images imported from docker-archive, oci-archive or an
+ * OCI layout directory, kept content-addressed under $SBX_HOME/images:
+ *
+ *   images/blobs/sha256/<hex>   every blob (manifests, configs, compressed layers), verified
+ *   images/layers/<hex>/        a layer unpacked, by its diff_id (0-based owners, overlayfs
+ *                               whiteouts), shared read-only by every sandbox of its images
+ *   images/index.json           name -> manifest digest, layers (diff_ids), config summary
+ *   images/tmp/                 work in progress (an import writes here, verifies, renames)
+ *   images/gc.lock              flock: shared by an import, exclusive by rmi and prune
+ *   images/index.lock           flock: exclusive around a read-modify-write of index.json
+ *
+ * One file per mechanism: dl.c (libarchive and libcrypto, loaded on first use so `host`
+ * sandboxes never pay for them), manifest.c (the JSON documents), layer.c (safe extraction),
+ * import.c (the archive formats), store.c (index, names, list, rmi, prune, resolve). */
+#ifndef SBX_IMAGE_H
+#define SBX_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "util.h"
+
+#define SBX_DIGEST_HEX 64
+
+/* ---- dl.c ---- */
+struct archive;
+/* Loads libarchive and libcrypto once; SBX_E_UNSUPPORTED naming the library if one is missing. */
+int sbx_image_dl(sbx_error_t *err);
+const struct sbx_archive_api *sbx_archive_api(void);
+
+typedef struct sbx_sha256_ctx sbx_sha256_ctx;
+sbx_sha256_ctx *sbx_sha256_new(void);
+void sbx_sha256_update(sbx_sha256_ctx *c, const void *p, size_t n);
+/* Writes 64 lower-case hex characters and a NUL, and frees the context. */
+void sbx_sha256_final(sbx_sha256_ctx *c, char out[SBX_DIGEST_HEX + 1]);
+
+/* ---- manifest.c: the JSON documents (pure parsers, fuzzed) ---- */
+enum sbx_media {
+  SBX_MEDIA_UNKNOWN,
+  SBX_MEDIA_INDEX,    /* OCI image index, Docker manifest list */
+  SBX_MEDIA_MANIFEST, /* OCI manifest, Docker schema 2 */
+  SBX_MEDIA_CONFIG,
+  SBX_MEDIA_LAYER, /* tar, tar+gzip, tar+zstd (libarchive tells them apart) */
+};
+int sbx_media_kind(const char *media_type);
+/* "sha256:" and 64 lower-case hex digits. */
+bool sbx_digest_valid(const char *d);
+
+struct sbx_desc {
+  char *media_type;
+  char *digest;
+  int64_t size;
+  char *os, *arch, *variant; /* platform, in an index */
+  char *ref_name;            /* org.opencontainers.image.ref.name */
+  char *image_name;          /* io.containerd.image.name */
+};
+struct sbx_index {
+  struct sbx_desc *v;
+  size_t n;
+};
+struct sbx_manifest {
+  struct sbx_desc config;
+  struct sbx_desc *layers;
+  size_t n_layers;
+};
+struct sbx_image_config {
+  sbx_strv_t diff_ids;
+  sbx_strv_t env;
+  sbx_strv_t entrypoint;
+  sbx_strv_t cmd;
+  char *workdir;
+  char *user;
+  char *created;
+  char *os, *arch;
+};
+/* docker save's manifest.json: one entry per image */
+struct sbx_docker_image {
+  char *config;
+  sbx_strv_t tags;
+  sbx_strv_t layers;
+};
+struct sbx_docker_manifest {
+  struct sbx_docker_image *v;
+  size_t n;
+};
+
+int sbx_index_parse(const char *json, size_t len, struct sbx_index *out, sbx_error_t *err);
+int sbx_manifest_parse(const char *json, size_t len, struct sbx_manifest *out, sbx_error_t *err);
+int sbx_image_config_parse(const char *json, size_t len, struct sbx_image_config *out,
+                           sbx_error_t *err);
+int sbx_docker_manifest_parse(const char *json, size_t len, struct sbx_docker_manifest *out,
+                              sbx_error_t *err);
+/* The index entry for platform ("os/arch[/variant]"; NULL: this host's). */
+int sbx_index_pick(const struct sbx_index *ix, const char *platform, size_t *pick,
+                   sbx_error_t *err);
+void sbx_desc_free(struct sbx_desc *d);
+void sbx_index_free(struct sbx_index *ix);
+void sbx_manifest_free(struct sbx_manifest *m);
+void sbx_image_config_free(struct sbx_image_config *c);
+void sbx_docker_manifest_free(struct sbx_docker_manifest *m);
+
+/* ---- layer.c: a layer tar (plain, gzip or zstd) unpacked into a fresh directory ---- */
+struct sbx_layer_limits {
+  uint64_t max_bytes;   /* sum of file sizes */
+  uint64_t max_entries; /* tar entries */
+};
+#define SBX_LAYER_MAX_BYTES_DEFAULT (16ull << 30)
+#define SBX_LAYER_MAX_ENTRIES_DEFAULT 1000000ull
+/* Reads the layer from fd and creates its entries under rootfd, which must be an empty
+ * directory. Every entry resolves inside rootfd and never through a symlink; absolute and `..`
+ * names, device nodes (other than whiteouts), links out of the layer, overlay xattrs and
+ * anything over the limits are refused (the entry is named). `.wh.` files become overlay
+ * whiteouts. diff_id receives the sha256 of the uncompressed tar. */
+int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
+                      char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err);
+
+/* ---- store.c ---- */
+struct sbx_image_info {
+  char *name;
+  char *digest; /* the manifest's */
+  uint64_t size;
+  char *created;
+  double imported;
+  int in_use; /* sandboxes (and spares) made from it */
+};
+struct sbx_image_rootfs {
+  sbx_strv_t layers; /* absolute layer directories, top first (overlay's lowerdir order) */
+  sbx_strv_t layer_ids;
+  sbx_strv_t env;
+  char *workdir, *user;
+  sbx_strv_t entrypoint, cmd;
+  char *digest;
+};
+/* A name as stored: docker.io/library/ dropped, ":latest" added when there is no tag. */
+char *sbx_image_normalize(const char *name);
+char *sbx_image_dir(const char *home);
+int sbx_image_list(const char *home, struct sbx_image_info **v, size_t *n, sbx_error_t *err);
+void sbx_image_info_free(struct sbx_image_info *v, size_t n);
+/* SBX_E_NOT_FOUND if no image has that name. */
+int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
+                      sbx_error_t *err);
+void sbx_image_rootfs_free(struct sbx_image_rootfs *r);
+/* Refused (SBX_E_BUSY) while a sandbox uses it, unless force. */
+int sbx_image_remove(const char *home, const char *name, bool force, sbx_error_t *err);
+/* Drops blobs and layers no image (and no sandbox) refers to, and stale work files. */
+int sbx_image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err);
+/* store.c for import.c */
+int sbx__image_lock(const char *home, const char *name, int how, sbx_error_t *err);
+/* Adds or replaces name -> entry (a JSON object) in the index, under the index lock. */
+struct json_t;
+int sbx__image_index_put(const char *home, const char *const *names, size_t n_names,
+                         struct json_t *entry, sbx_error_t *err);
+/* The file in a sandbox's state folder listing the layers it has mounted (prune keeps them). */
+#define SBX_IMAGE_LAYERS_FILE "image-layers"
+
+/* ---- import.c ---- */
+struct sbx_image_import_opts {
+  const char *name;     /* store under this name (one image only); NULL: the archive's names */
+  const char *platform; /* "os/arch[/variant]" for an index; NULL: this host's */
+  struct sbx_layer_limits limits;
+};
+/* Imports every image of the archive or layout at path. names receives what was stored. */
+int sbx_image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
+                     sbx_strv_t *names, sbx_error_t *err);
+
+#endif

@@ -1,0 +1,364 @@
+/* The store's index, names, listing, removal, pruning and the lookup a sandbox start makes
+ * (one small file read: index.json). */
+#include "image.h"
+#include "../state.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#define INDEX_MAX (64u << 20)
+
+char *sbx_image_dir(const char *home)
+{
+  char real[PATH_MAX];
+  if (realpath(home, real) == NULL)
+    return xasprintf("%s/images", home);
+  return xasprintf("%s/images", real);
+}
+
+int sbx__image_lock(const char *home, const char *name, int how, sbx_error_t *err)
+{
+  return sbx_lock_take(home, name, how == LOCK_EX, false, err);
+}
+
+static json_t *index_load(const char *home, sbx_error_t *err)
+{
+  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *path = xasprintf("%s/index.json", dir);
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  if (sbx_read_file_at(AT_FDCWD, path, INDEX_MAX, &data, &len) < 0) {
+    if (errno == ENOENT)
+      return json_pack("{s:{}}", "images");
+    sbx_make_error(err, errno, SBX_E_IO, "read `%s`", path);
+    return NULL;
+  }
+  json_error_t je;
+  json_t *j = json_loadb(data, len, 0, &je);
+  if (!json_is_object(j) || !json_is_object(json_object_get(j, "images"))) {
+    json_decref(j);
+    sbx_make_error(err, 0, SBX_E_INTERNAL, "`%s` is damaged (%s)", path, je.text);
+    return NULL;
+  }
+  return j;
+}
+
+static int index_save(const char *home, json_t *j, sbx_error_t *err)
+{
+  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *path = xasprintf("%s/index.json", dir);
+  cleanup_free char *s = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
+  if (s == NULL || sbx_write_file_at(AT_FDCWD, path, s, strlen(s), 0644, true) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "write `%s`", path);
+  return 0;
+}
+
+int sbx__image_index_put(const char *home, const char *const *names, size_t n_names, json_t *entry,
+                         sbx_error_t *err)
+{
+  cleanup_close int lk = sbx__image_lock(home, "image-index", LOCK_EX, err);
+  if (lk < 0)
+    return -1;
+  json_t *j = index_load(home, err);
+  if (j == NULL)
+    return -1;
+  json_t *images = json_object_get(j, "images");
+  for (size_t i = 0; i < n_names; i++)
+    json_object_set(images, names[i], entry);
+  int r = index_save(home, j, err);
+  json_decref(j);
+  return r;
+}
+
+/* Sandboxes (and spares) whose meta names the image. */
+static int count_users(const char *home, const char *name)
+{
+  int n = 0;
+  for (int pool = 0; pool < 2; pool++) {
+    cleanup_free char *h = pool ? xasprintf("%s/spare", home) : xstrdup(home);
+    sbx_strv_t ids = {0};
+    if (sbx_state_list_ids(h, &ids, NULL) < 0)
+      continue;
+    for (size_t i = 0; i < ids.n; i++) {
+      struct sbx_meta m = {0};
+      if (sbx_meta_read(h, ids.v[i], &m, NULL) == 0 && m.image && strcmp(m.image, name) == 0)
+        n++;
+      sbx_meta_free(&m);
+    }
+    sbx_strv_free(&ids);
+  }
+  return n;
+}
+
+static uint64_t entry_size(json_t *e)
+{
+  return (uint64_t) json_integer_value(json_object_get(e, "size"));
+}
+
+int sbx_image_list(const char *home, struct sbx_image_info **out, size_t *n, sbx_error_t *err)
+{
+  *out = NULL;
+  *n = 0;
+  json_t *j = index_load(home, err);
+  if (j == NULL)
+    return -1;
+  json_t *images = json_object_get(j, "images");
+  struct sbx_image_info *v = xzalloc((json_object_size(images) + 1) * sizeof *v);
+  const char *k;
+  json_t *e;
+  json_object_foreach(images, k, e)
+  {
+    struct sbx_image_info *i = &v[(*n)++];
+    i->name = xstrdup(k);
+    i->digest = xstrdup(json_string_value(json_object_get(e, "digest")) ?: "");
+    i->created = xstrdup(json_string_value(json_object_get(e, "created")) ?: "");
+    i->size = entry_size(e);
+    i->imported = json_number_value(json_object_get(e, "imported"));
+    i->in_use = count_users(home, k);
+  }
+  json_decref(j);
+  *out = v;
+  return 0;
+}
+
+void sbx_image_info_free(struct sbx_image_info *v, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    free(v[i].name);
+    free(v[i].digest);
+    free(v[i].created);
+  }
+  free(v);
+}
+
+static void push_strs(json_t *a, sbx_strv_t *out)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach(a, i, e) if (json_is_string(e)) sbx_strv_push(out, json_string_value(e));
+}
+
+/* The entry for name: by name, else by digest (or a prefix of at least 12 hex digits). */
+static json_t *find(json_t *images, const char *name, const char **key)
+{
+  cleanup_free char *norm = sbx_image_normalize(name);
+  json_t *e = json_object_get(images, norm);
+  if (e) {
+    *key = json_object_iter_key(json_object_iter_at(images, norm));
+    return e;
+  }
+  const char *hex = strncmp(name, "sha256:", 7) == 0 ? name + 7 : name;
+  if (strlen(hex) < 12)
+    return NULL;
+  const char *k;
+  json_object_foreach(images, k, e)
+  {
+    const char *d = json_string_value(json_object_get(e, "digest"));
+    if (d && strncmp(d + 7, hex, strlen(hex)) == 0) {
+      *key = k;
+      return e;
+    }
+  }
+  return NULL;
+}
+
+int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
+                      sbx_error_t *err)
+{
+  memset(r, 0, sizeof *r);
+  json_t *j = index_load(home, err);
+  if (j == NULL)
+    return -1;
+  const char *key = NULL;
+  json_t *e = find(json_object_get(j, "images"), name, &key);
+  if (e == NULL) {
+    json_decref(j);
+    return sbx_make_error(err, 0, SBX_E_NOT_FOUND,
+                          "image `%s` is not in the store (sbx images lists it; sbx image import "
+                          "adds one)",
+                          name);
+  }
+  cleanup_free char *dir = sbx_image_dir(home);
+  json_t *layers = json_object_get(e, "layers");
+  for (size_t i = json_array_size(layers); i-- > 0;) {
+    const char *id = json_string_value(json_array_get(layers, i));
+    if (id == NULL)
+      continue;
+    sbx_strv_push_owned(&r->layers, xasprintf("%s/layers/%s", dir, id));
+    sbx_strv_push(&r->layer_ids, id);
+  }
+  push_strs(json_object_get(e, "env"), &r->env);
+  push_strs(json_object_get(e, "entrypoint"), &r->entrypoint);
+  push_strs(json_object_get(e, "cmd"), &r->cmd);
+  const char *s;
+  if ((s = json_string_value(json_object_get(e, "workdir"))))
+    r->workdir = xstrdup(s);
+  if ((s = json_string_value(json_object_get(e, "user"))))
+    r->user = xstrdup(s);
+  if ((s = json_string_value(json_object_get(e, "digest"))))
+    r->digest = xstrdup(s);
+  json_decref(j);
+  return 0;
+}
+
+void sbx_image_rootfs_free(struct sbx_image_rootfs *r)
+{
+  sbx_strv_free(&r->layers);
+  sbx_strv_free(&r->layer_ids);
+  sbx_strv_free(&r->env);
+  sbx_strv_free(&r->entrypoint);
+  sbx_strv_free(&r->cmd);
+  free(r->workdir);
+  free(r->user);
+  free(r->digest);
+  memset(r, 0, sizeof *r);
+}
+
+int sbx_image_remove(const char *home, const char *name, bool force, sbx_error_t *err)
+{
+  cleanup_close int lk = sbx__image_lock(home, "image-index", LOCK_EX, err);
+  if (lk < 0)
+    return -1;
+  json_t *j = index_load(home, err);
+  if (j == NULL)
+    return -1;
+  json_t *images = json_object_get(j, "images");
+  const char *key = NULL;
+  int r = 0;
+  if (find(images, name, &key) == NULL) {
+    r = sbx_make_error(err, 0, SBX_E_NOT_FOUND, "image `%s` is not in the store", name);
+  } else {
+    cleanup_free char *k = xstrdup(key);
+    int users = count_users(home, k);
+    if (users > 0 && !force)
+      r = sbx_make_error(err, 0, SBX_E_BUSY,
+                         "image `%s` is used by %d sandbox%s (sbx rm them first, or --force)", k,
+                         users, users == 1 ? "" : "es");
+    else {
+      json_object_del(images, k);
+      r = index_save(home, j, err);
+    }
+  }
+  json_decref(j);
+  return r;
+}
+
+static void keep_strs(json_t *a, json_t *set)
+{
+  size_t i;
+  json_t *e;
+  json_array_foreach(a, i, e) if (json_is_string(e))
+      json_object_set_new(set, json_string_value(e), json_true());
+}
+
+/* Layers mounted by sandboxes (their image-layers file): kept even after rmi --force. */
+static void keep_mounted(const char *home, json_t *layers)
+{
+  for (int pool = 0; pool < 2; pool++) {
+    cleanup_free char *h = pool ? xasprintf("%s/spare", home) : xstrdup(home);
+    sbx_strv_t ids = {0};
+    if (sbx_state_list_ids(h, &ids, NULL) < 0)
+      continue;
+    for (size_t i = 0; i < ids.n; i++) {
+      cleanup_free char *path = xasprintf("%s/sandboxes/%s/" SBX_IMAGE_LAYERS_FILE, h, ids.v[i]);
+      cleanup_free char *data = NULL;
+      size_t len;
+      if (sbx_read_file_at(AT_FDCWD, path, 1 << 20, &data, &len) < 0)
+        continue;
+      char *save = NULL;
+      for (char *t = strtok_r(data, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
+        json_object_set_new(layers, t, json_true());
+    }
+    sbx_strv_free(&ids);
+  }
+}
+
+static uint64_t tree_size(int dirfd, const char *name)
+{
+  struct stat st;
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return 0;
+  uint64_t n = (uint64_t) st.st_blocks * 512;
+  if (!S_ISDIR(st.st_mode))
+    return n;
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return n;
+  DIR *d = fdopendir(fd);
+  if (d == NULL) {
+    close(fd);
+    return n;
+  }
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+      n += tree_size(fd, de->d_name);
+  closedir(d);
+  return n;
+}
+
+/* Removes the entries of dir not in keep (NULL: all of them). */
+static void sweep(const char *dir, json_t *keep, uint64_t *freed, int *removed)
+{
+  cleanup_close int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  DIR *d = fdopendir(dup(fd));
+  if (d == NULL)
+    return;
+  struct dirent *de;
+  sbx_strv_t gone = {0};
+  while ((de = readdir(d)))
+    if (de->d_name[0] != '.' ||
+        (keep == NULL && strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0))
+      if (keep == NULL || json_object_get(keep, de->d_name) == NULL)
+        sbx_strv_push(&gone, de->d_name);
+  closedir(d);
+  for (size_t i = 0; i < gone.n; i++) {
+    *freed += tree_size(fd, gone.v[i]);
+    if (sbx_rm_rf_at(fd, gone.v[i]) == 0)
+      (*removed)++;
+  }
+  sbx_strv_free(&gone);
+}
+
+int sbx_image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
+{
+  *freed = 0;
+  *removed = 0;
+  /* no import is running while this is held: nothing half-made is in tmp/, and no blob or layer
+   * just renamed into place is waiting for its index entry */
+  cleanup_close int gc = sbx__image_lock(home, "image-gc", LOCK_EX, err);
+  if (gc < 0)
+    return -1;
+  cleanup_close int lk = sbx__image_lock(home, "image-index", LOCK_EX, err);
+  if (lk < 0)
+    return -1;
+  json_t *j = index_load(home, err);
+  if (j == NULL)
+    return -1;
+  json_t *blobs = json_object(), *layers = json_object();
+  const char *k;
+  json_t *e;
+  json_object_foreach(json_object_get(j, "images"), k, e)
+  {
+    keep_strs(json_object_get(e, "blobs"), blobs);
+    keep_strs(json_object_get(e, "layers"), layers);
+  }
+  keep_mounted(home, layers);
+  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *bdir = xasprintf("%s/blobs/sha256", dir);
+  cleanup_free char *ldir = xasprintf("%s/layers", dir);
+  cleanup_free char *tdir = xasprintf("%s/tmp", dir);
+  sweep(bdir, blobs, freed, removed);
+  sweep(ldir, layers, freed, removed);
+  sweep(tdir, NULL, freed, removed);
+  json_decref(blobs);
+  json_decref(layers);
+  json_decref(j);
+  return 0;
+}
