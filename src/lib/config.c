@@ -627,6 +627,7 @@ enum ftype {
   F_MOUNTS,
   F_ROOTS,
   F_IMAGES,
+  F_CGMANAGER, /* auto | cgroupfs | none */
 };
 
 struct field {
@@ -661,6 +662,8 @@ static const struct field sandbox_fields[] = {
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
+    {"cgroup_manager", F_CGMANAGER, OFF(cgroup_manager), false, 0, NULL},
+    {"cgroup_required", F_BOOL, OFF(cgroup_required), false, 0, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
     {"api_key", F_OPTSTR, OFF(api_key), false, 0, NULL},
     {"domain", F_OPTSTR, OFF(domain), false, 0, NULL},
@@ -895,6 +898,7 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
   case F_OPTSTR:
   case F_USE:
   case F_NETWORK:
+  case F_CGMANAGER:
   case F_PROTOCOL:
   case F_LISTEN: {
     char *s = NULL;
@@ -917,6 +921,9 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
       }
     } else if (f->type == F_NETWORK && strcmp(s, "none") != 0 && strcmp(s, "host") != 0)
       bad = "must be 'none' or 'host'";
+    else if (f->type == F_CGMANAGER && strcmp(s, "auto") != 0 && strcmp(s, "cgroupfs") != 0 &&
+             strcmp(s, "none") != 0)
+      bad = "must be 'auto', 'cgroupfs' or 'none'";
     else if (f->type == F_PROTOCOL && strcmp(s, "http") != 0 && strcmp(s, "https") != 0)
       bad = "must be 'http' or 'https'";
     else if (f->type == F_LISTEN && !valid_listen(s))
@@ -1008,6 +1015,7 @@ static struct sbx_config *config_alloc(void)
   cfg->memory_mib = 1024;
   cfg->cpus = 0;
   cfg->pids = 1024;
+  cfg->cgroup_required = true;
   cfg->output_max_bytes = UINT64_C(10) << 20;
   cfg->bash_output_max_chars = 20000;
   cfg->read_file_output_max_chars = 50000;
@@ -1032,6 +1040,8 @@ static void config_finish(struct sbx_config *cfg)
     cfg->image = xstrdup(strcmp(cfg->use, "opensandbox") == 0 ? "python:3.11" : "host");
   if (cfg->network == NULL)
     cfg->network = xstrdup("none");
+  if (cfg->cgroup_manager == NULL)
+    cfg->cgroup_manager = xstrdup("auto");
   if (cfg->protocol == NULL)
     cfg->protocol = xstrdup("http");
   if (cfg->api_key == NULL)
@@ -1066,6 +1076,7 @@ void sbx_config_free(struct sbx_config *cfg)
   }
   free(cfg->environment);
   free(cfg->network);
+  free(cfg->cgroup_manager);
   for (size_t i = 0; i < cfg->n_mounts; i++) {
     free(cfg->mounts[i].host_path);
     free(cfg->mounts[i].container_path);
@@ -1291,6 +1302,8 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);
+  put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
+  sbx_buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
   if (cfg->api_key != NULL)
     sbx_buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);

@@ -66,6 +66,11 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->home_bytes = c->home_size_mib << 20;
   /* a managed sandbox's lifetime belongs to its front-end, not to idleness */
   s->idle_timeout_s = in->meta.managed ? 0 : c->idle_timeout;
+  s->cgroup_manager = c->cgroup_manager && strcmp(c->cgroup_manager, "none") == 0 ? SBX_CGM_NONE
+                      : c->cgroup_manager && strcmp(c->cgroup_manager, "cgroupfs") == 0
+                          ? SBX_CGM_CGROUPFS
+                          : SBX_CGM_AUTO;
+  s->cgroup_required = c->cgroup_required;
   s->n_mounts = c->n_mounts + in->n_extra_mounts;
   s->mounts = xzalloc((s->n_mounts + 1) * sizeof *s->mounts);
   for (size_t i = 0; i < s->n_mounts; i++) {
@@ -146,6 +151,10 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
     return sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "launcher sent a malformed reply");
   in->meta.pid = (long) pid;
   in->meta.pid_start = sbx_proc_start_time((long) pid);
+  if (sbx_str_has_prefix(cgroups, "none="))
+    sbx_log(SBX_LOG_WARNING,
+            "sandbox %s runs WITHOUT a cgroup: no memory, process or CPU limit is enforced (%.*s)",
+            in->meta.id, (int) strcspn(cgroups + 5, "\n"), cgroups + 5);
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   return 0;

@@ -43,6 +43,8 @@ struct sbx_launch_spec {
   uint64_t tmp_bytes;
   uint64_t home_bytes;
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
+  int cgroup_manager;     /* SBX_CGM_* */
+  bool cgroup_required;   /* refuse to start without a cgroup (else: warn, run unlimited) */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
 };
@@ -55,19 +57,28 @@ void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
 int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);
 void sbx_launch_spec_free(struct sbx_launch_spec *s);
 
-/* ---- cgroup.c ---- */
+/* ---- cgroup.c (the facade, v1 and hybrid), cgroup-v2.c (cgroupfs on a unified hierarchy) ---- */
 enum { SBX_CG_MEMORY, SBX_CG_PIDS, SBX_CG_CPU, SBX_CG_FREEZER, SBX_CG_MAX };
+/* sandbox.cgroup_manager: auto (the only one today: cgroupfs below the caller's cgroup),
+ * cgroupfs, none (no cgroups, no limits). */
+enum { SBX_CGM_AUTO, SBX_CGM_CGROUPFS, SBX_CGM_NONE };
+#define SBX_CG_ROOT "/sys/fs/cgroup"
+/* v2: where the processes of the caller's cgroup go so that it may delegate controllers */
+#define SBX_CG_LEAF "sbx-leaf"
 
 /* One sandbox's cgroup: on v1/hybrid hosts one directory per controller, on v2 one directory
- * (stored in every slot). Paths are absolute under /sys/fs/cgroup. */
+ * (stored in every slot). Paths are absolute under /sys/fs/cgroup. none: the sandbox has no
+ * cgroup, and why (cgroups unavailable and not required, or cgroup_manager none). */
 struct sbx_cgroup {
   bool unified;
   char *path[SBX_CG_MAX];
+  char *none;
 };
 
-/* Creates the cgroup for id below the caller's own cgroup (".../sbx/<id>") and writes limits. */
-int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
-                      struct sbx_cgroup *cg, sbx_error_t *err);
+/* Creates the sandbox's cgroup below the caller's own cgroup (".../sbx/<id>-<random>") and
+ * writes s's limits. A host that cannot give one fails with SBX_E_UNSUPPORTED and a message
+ * that says why and what to do, unless s->cgroup_required is false: then cg->none says why. */
+int sbx_cgroup_create(const struct sbx_launch_spec *s, struct sbx_cgroup *cg, sbx_error_t *err);
 int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
 /* Moves the calling (single-threaded) process into cg, cheaply on v1 (see cgroup.c). */
 int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
@@ -83,7 +94,16 @@ bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
 int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
                           sbx_error_t *err);
 int sbx_cgroup_sweep(int min_age_s);
-/* Serialised as "name=path" lines for the state dir. */
+/* v2 (cgroup-v2.c): our cgroup as /proc/self/cgroup's "0::" line says, or NULL */
+char *sbx_cgroup_v2_own(void);
+/* the directory sandboxes go below: the mount plus our cgroup, without our leaf */
+char *sbx_cgroup_v2_base(sbx_error_t *err);
+/* Makes <base>/sbx with memory, pids and cpu enabled for its children (those the base has),
+ * moving the base's processes to SBX_CG_LEAF first if the base must delegate. */
+int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err);
+/* Which of memory, pids, cpu dir cannot give its children ("" = none missing). */
+char *sbx_cgroup_v2_missing(const char *dir);
+/* Serialised as "name=path" lines for the state dir (or one "none=reason" line). */
 char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);

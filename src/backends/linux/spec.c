@@ -19,6 +19,8 @@ enum {
   L_MOUNT_HOST,
   L_MOUNT_CONTAINER,
   L_MOUNT_RO,
+  L_CG_MANAGER,
+  L_CG_REQUIRED,
 };
 
 void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
@@ -35,6 +37,8 @@ void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
   sbx_tlv_put_u64(&w, L_TMP, s->tmp_bytes);
   sbx_tlv_put_u64(&w, L_HOME, s->home_bytes);
   sbx_tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
+  sbx_tlv_put_u64(&w, L_CG_MANAGER, (uint64_t) s->cgroup_manager);
+  sbx_tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
   for (size_t i = 0; i < s->n_mounts; i++) {
     sbx_tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
     sbx_tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
@@ -60,6 +64,12 @@ int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
       sbx_tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0)
     goto bad;
   s->net_host = v != 0;
+  uint64_t mgr, req;
+  if (sbx_tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
+      sbx_tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0)
+    goto bad;
+  s->cgroup_manager = (int) mgr;
+  s->cgroup_required = req != 0;
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   int ret;
