@@ -82,6 +82,7 @@ int cmd_rm(struct cli *c, int argc, char **argv);
 int cmd_gc(struct cli *c, int argc, char **argv);
 int cmd_down(struct cli *c, int argc, char **argv);
 int cmd_config(struct cli *c, int argc, char **argv);
+int cmd_doctor(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */

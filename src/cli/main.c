@@ -20,6 +20,7 @@ static const struct cli_verb verbs[] = {
     {"gc", cmd_gc, "reap dead and idle sandboxes now"},
     {"down", cmd_down, "destroy every sandbox of the pool"},
     {"config", cmd_config, "check or show the configuration"},
+    {"doctor", cmd_doctor, "say what works on this host and what does not, with fixes"},
 };
 
 static void usage(FILE *f)

@@ -99,8 +99,7 @@ static int move_to_leaf(const char *base, sbx_error_t *err)
       return 0;
     for (char *tok = strtok(procs, "\n"); tok; tok = strtok(NULL, "\n"))
       if (write_str(leaf, "cgroup.procs", tok) < 0 && errno != ESRCH)
-        return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "move process %s to `%s`", tok,
-                              leaf);
+        return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "move process %s to `%s`", tok, leaf);
   }
   return sbx_make_error(err, EBUSY, SBX_E_UNSUPPORTED, "empty `%s` (processes keep appearing)",
                         base);

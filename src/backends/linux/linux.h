@@ -108,6 +108,33 @@ char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);
 
+/* ---- kernel.c: the kernel's features, probed once (docs/hosts.md) ---- */
+/* The oldest kernel with every required feature below. */
+#define SBX_KERNEL_FLOOR "5.9"
+enum {
+  SBX_KF_OPEN_TREE,
+  SBX_KF_MOVE_MOUNT,
+  SBX_KF_PIDFD_OPEN,
+  SBX_KF_OPENAT2,
+  SBX_KF_CLOSE_RANGE,
+  SBX_KF_MOUNT_SETATTR,
+  SBX_KF_MAX
+};
+struct sbx_kfeature {
+  const char *name;  /* the system call */
+  const char *since; /* the Linux version that added it */
+  bool required;     /* no sandbox without it; else some features are refused */
+  const char *why;
+};
+extern const struct sbx_kfeature sbx_kfeatures[SBX_KF_MAX];
+bool sbx_kernel_has(int feature);
+char *sbx_kernel_release(void);
+bool sbx_kernel_at_least(int major, int minor);
+/* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
+int sbx_kernel_check(sbx_error_t *err);
+/* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */
+int sbx_kernel_require(int feature, const char *what, sbx_error_t *err);
+
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
 /* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
 int sbx_rootfs_setup(const struct sbx_launch_spec *s, sbx_error_t *err);
