@@ -86,6 +86,31 @@ unshare -m --propagation private bash -c '
   "$0" --home "$1" down >/dev/null 2>&1' "$B/sbx" "$W/home" "$W/optional.yaml" | tee "$W/ro.log"
 grep -q FAIL "$W/ro.log" && fails=$((fails + 1))
 
+# systemd: our unit is Delegate=yes, so the sections above ran below it (cgroupfs); here the
+# systemd manager, chosen by config and, for a unit that is not delegated, by auto
+if [[ -d /run/systemd/system ]]; then
+  printf 'sandbox:\n  cgroup_manager: systemd\n  memory_mib: 128\n  pids: 64\n' > "$W/systemd.yaml"
+  out=$(sbx --config "$W/systemd.yaml" exec -t sd -- cat /proc/self/cgroup 2>&1)
+  scope=$(ls -d /sys/fs/cgroup/sbx.slice/sbx-*.scope 2>/dev/null | head -1)
+  [[ -n $scope && $(cat "$scope/memory.max") == 134217728 && $(cat "$scope/pids.max") == 64 ]] &&
+    ok "systemd: a scope in sbx.slice with the limits: $scope" || bad "systemd: $out; scope ${scope:-none}"
+  unit=$(basename "${scope:-none}")
+  [[ $(systemctl show -p MemoryMax --value "$unit") == 134217728 ]] && ok "systemd: systemd knows the limit" ||
+    bad "systemd: systemctl show $unit: $(systemctl show -p MemoryMax "$unit")"
+  systemctl daemon-reload
+  [[ $(cat "$scope/memory.max" 2>/dev/null) == 134217728 ]] && ok "systemd: the limit survives daemon-reload" || bad "systemd: reload reset the limit"
+  sbx down > /dev/null 2>&1
+  sleep 1
+  [[ ! -d $scope ]] && ok "systemd: down removes the scope" || bad "systemd: $scope left"
+  out=$(systemd-run --quiet --wait --pipe -p MemoryMax=300M "$B/sbx" --home "$W/home" exec -t nd -- echo fine 2>&1)
+  scope=$(ls -d /sys/fs/cgroup/sbx.slice/sbx-*.scope 2>/dev/null | head -1)
+  [[ $out == fine && -n $scope ]] && ok "systemd: auto in a unit without Delegate= uses a scope in sbx.slice" ||
+    bad "systemd: auto: $out; ${scope:-no scope}"
+  out=$(systemd-run --quiet --wait --pipe -p Delegate=yes "$B/sbx" --home "$W/home" doctor 2>&1)
+  [[ $out == *"delegated to us"* ]] && ok "systemd: doctor sees a Delegate=yes unit" || bad "systemd: doctor: $out"
+  sbx down > /dev/null 2>&1
+fi
+
 # an ordinary user: no sandbox yet (rootless is not supported), and doctor says so
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$B/sbx" --home /tmp doctor 2>&1)
 [[ $? == 1 && $out == *"sbx needs root"* ]] && ok "nonroot: doctor fails naming root" || bad "nonroot: doctor: $out"

@@ -158,7 +158,7 @@ def test_cgroup_manager_none_runs_without_cgroups_and_says_so(tmp_path, make_sbx
     assert d.returncode == 0 and b"[warn] cgroup" in d.stdout, d.stdout
     bad = make_sbx(config=write_config(tmp_path / "bad.yaml", cgroup_manager="cgroupv3"))
     p = bad.run("exec", "-t", "a", "--", "true")
-    assert p.returncode != 0 and b"must be 'auto', 'cgroupfs' or 'none'" in p.stderr
+    assert p.returncode != 0 and b"must be 'auto', 'cgroupfs', 'systemd' or 'none'" in p.stderr
 
 
 def _hybrid():

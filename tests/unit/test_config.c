@@ -352,8 +352,11 @@ static void test_wrong_type(void **state)
   expect_error("sandbox:\n  network: bridge\n",
                "t.yaml:2: sandbox.network: must be 'none' or 'host', got 'bridge'");
   expect_error("sandbox:\n  cgroup_manager: systemd-ish\n",
-               "t.yaml:2: sandbox.cgroup_manager: must be 'auto', 'cgroupfs' or 'none', got "
-               "'systemd-ish'");
+               "t.yaml:2: sandbox.cgroup_manager: must be 'auto', 'cgroupfs', 'systemd' or "
+               "'none', got 'systemd-ish'");
+  expect_error("sandbox:\n  cgroup_slice: ../x.slice\n",
+               "t.yaml:2: sandbox.cgroup_slice: must be a systemd slice name (letters, digits, "
+               "':', '_', '.', '-', ending in .slice), got '../x.slice'");
   expect_error(
       "sandbox:\n  cgroup_required: maybe\n",
       "t.yaml:2: sandbox.cgroup_required: expected a boolean (true/false, yes/no, on/off), "

@@ -66,11 +66,13 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->home_bytes = c->home_size_mib << 20;
   /* a managed sandbox's lifetime belongs to its front-end, not to idleness */
   s->idle_timeout_s = in->meta.managed ? 0 : c->idle_timeout;
-  s->cgroup_manager = c->cgroup_manager && strcmp(c->cgroup_manager, "none") == 0 ? SBX_CGM_NONE
-                      : c->cgroup_manager && strcmp(c->cgroup_manager, "cgroupfs") == 0
-                          ? SBX_CGM_CGROUPFS
-                          : SBX_CGM_AUTO;
+  const char *mgr = c->cgroup_manager ? c->cgroup_manager : "auto";
+  s->cgroup_manager = strcmp(mgr, "none") == 0       ? SBX_CGM_NONE
+                      : strcmp(mgr, "cgroupfs") == 0 ? SBX_CGM_CGROUPFS
+                      : strcmp(mgr, "systemd") == 0  ? SBX_CGM_SYSTEMD
+                                                     : SBX_CGM_AUTO;
   s->cgroup_required = c->cgroup_required;
+  s->cgroup_slice = c->cgroup_slice;
   s->n_mounts = c->n_mounts + in->n_extra_mounts;
   s->mounts = xzalloc((s->n_mounts + 1) * sizeof *s->mounts);
   for (size_t i = 0; i < s->n_mounts; i++) {

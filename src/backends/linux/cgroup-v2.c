@@ -63,6 +63,27 @@ char *sbx_cgroup_v2_own(void)
   return found;
 }
 
+/* The cgroup the mount at SBX_CG_ROOT shows as its top, as /proc/self/mountinfo says (relative
+ * to our cgroup namespace: "/.." and below for a hierarchy mounted from another namespace). */
+static char *mount_root(void)
+{
+  cleanup_file FILE *f = fopen("/proc/self/mountinfo", "re");
+  char *line = NULL, *found = NULL;
+  size_t cap = 0;
+  while (f && getline(&line, &cap, f) > 0) {
+    char root[4096], point[4096];
+    const char *dash = strstr(line, " - ");
+    if (dash == NULL || strncmp(dash + 3, "cgroup2 ", 8) != 0 ||
+        sscanf(line, "%*s %*s %*s %4095s %4095s", root, point) != 2 ||
+        strcmp(point, SBX_CG_ROOT) != 0)
+      continue;
+    free(found); /* the last mount there is the one in view */
+    found = xstrdup(root);
+  }
+  free(line);
+  return found;
+}
+
 char *sbx_cgroup_v2_base(sbx_error_t *err)
 {
   cleanup_free char *own = sbx_cgroup_v2_own();
@@ -77,6 +98,23 @@ char *sbx_cgroup_v2_base(sbx_error_t *err)
                    " (mounted from another cgroup namespace?)",
                    own);
     return NULL;
+  }
+  /* a mount of a cgroup below our namespace's root shows paths relative to itself */
+  cleanup_free char *top = mount_root();
+  if (top && strcmp(top, "/") != 0) {
+    size_t t = strlen(top);
+    if (strncmp(own, top, t) != 0 || (own[t] != '/' && own[t] != '\0')) {
+      sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
+                     "the cgroup2 mount at " SBX_CG_ROOT " shows `%s`, which does not hold our "
+                     "cgroup `%s` (mounted from another cgroup namespace?)",
+                     top, own);
+      return NULL;
+    }
+    memmove(own, own + t, strlen(own + t) + 1);
+    if (*own == '\0') {
+      free(own);
+      own = xstrdup("/");
+    }
   }
   size_t n = strlen(own);
   size_t leaf = strlen("/" SBX_CG_LEAF);

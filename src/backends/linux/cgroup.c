@@ -3,9 +3,11 @@
  * test on) and unified v2. Every manager puts sandboxes below the caller's own cgroup, so they
  * stay inside whatever limits the caller runs under: on v1 and hybrid one directory per
  * controller (this file), on v2 one directory (cgroup-v2.c, which also keeps the "no internal
- * processes" rule). Where no cgroup can be made (a read-only /sys/fs/cgroup, controllers not
- * delegated) a create fails naming why, or, with sandbox.cgroup_required false, the sandbox
- * runs without one and the reason travels in its cgroup record ("none=...") for a warning. */
+ * processes" rule). Where systemd runs the host and has not delegated our cgroup to us, each
+ * sandbox is a transient scope of systemd's instead (cgroup-systemd.c), in a slice of its own.
+ * Where no cgroup can be made (a read-only /sys/fs/cgroup, controllers not delegated) a create
+ * fails naming why, or, with sandbox.cgroup_required false, the sandbox runs without one and the
+ * reason travels in its cgroup record ("none=...") for a warning. */
 #include "linux.h"
 
 #include <fcntl.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <linux/magic.h>
 #include <sbx/sbx.h>
 #include <sys/sysinfo.h>
@@ -167,8 +170,41 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
   return 0;
 }
 
-static int create_cgroups(const char *id, struct sbx_cgroup *cg, sbx_error_t *err)
+bool sbx_cgroup_delegated(const char *dir)
 {
+  char val[8];
+  return getxattr(dir, "trusted.delegate", val, sizeof val) > 0 ||
+         getxattr(dir, "user.delegate", val, sizeof val) > 0;
+}
+
+int sbx_cgroup_auto_manager(void)
+{
+  /* systemd owns the tree unless it delegated our cgroup to us (Delegate=yes): then, or with
+   * no systemd at all, the tree below our cgroup is ours to manage */
+  if (!unified_host() || access("/run/systemd/system", F_OK) < 0)
+    return SBX_CGM_CGROUPFS;
+  cleanup_free char *base = sbx_cgroup_v2_base(NULL);
+  if (base == NULL || strcmp(base, CG_ROOT) == 0 || sbx_cgroup_delegated(base))
+    return SBX_CGM_CGROUPFS;
+  return SBX_CGM_SYSTEMD;
+}
+
+static int create_cgroups(const struct sbx_launch_spec *s, const char *id, pid_t pid,
+                          struct sbx_cgroup *cg, sbx_error_t *err)
+{
+  int mgr = s->cgroup_manager == SBX_CGM_AUTO ? sbx_cgroup_auto_manager() : s->cgroup_manager;
+  if (mgr == SBX_CGM_SYSTEMD) {
+    if (!unified_host())
+      return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
+                            "cgroup_manager systemd needs a unified (v2) cgroup hierarchy");
+    cg->unified = true;
+    cleanup_free char *p = NULL;
+    if (sbx_cgroup_systemd_scope(s, id, pid, &p, err) < 0)
+      return -1;
+    for (int i = 0; i < SBX_CG_MAX; i++)
+      cg->path[i] = xstrdup(p);
+    return 0;
+  }
   if (unified_host()) {
     cg->unified = true;
     cleanup_free char *parent = NULL;
@@ -214,7 +250,8 @@ static void explain(sbx_error_t *err, bool required)
   sbx_error_set(err, status, kind, msg);
 }
 
-int sbx_cgroup_create(const struct sbx_launch_spec *s, struct sbx_cgroup *cg, sbx_error_t *err)
+int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                      sbx_error_t *err)
 {
   memset(cg, 0, sizeof *cg);
   if (s->cgroup_manager == SBX_CGM_NONE) {
@@ -226,7 +263,7 @@ int sbx_cgroup_create(const struct sbx_launch_spec *s, struct sbx_cgroup *cg, sb
   sbx_random_hex(suffix, 8);
   cleanup_free char *name = xasprintf("%s-%s", s->id, suffix);
   sbx_error_t e = NULL;
-  if (create_cgroups(name, cg, &e) == 0 &&
+  if (create_cgroups(s, name, pid, cg, &e) == 0 &&
       apply_limits(cg, s->memory_bytes, s->cpu_millis, s->pids, true, &e) == 0)
     return 0;
   sbx_cgroup_destroy(cg, 0, NULL);

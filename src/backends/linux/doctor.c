@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
-#include <sys/xattr.h>
 #include <linux/magic.h>
 
 struct report {
@@ -64,14 +63,19 @@ static void check_kernel(struct report *r)
   for (int i = 0; i < SBX_KF_MAX; i++) {
     const struct sbx_kfeature *f = &sbx_kfeatures[i];
     bool has = sbx_kernel_has(i);
-    line(r, has ? OK : f->required ? FAIL : WARN, f->name,
+    line(r,
+         has           ? OK
+         : f->required ? FAIL
+                       : WARN,
+         f->name,
          f->required ? "a newer kernel (or a seccomp filter of the caller's denies it)"
                      : "Linux 5.12 or newer; until then these features are refused",
          "%s (Linux %s): %s%s", has ? "present" : "MISSING", f->since, f->why,
          has || f->required ? "" : " are refused");
   }
-  line(r, INFO, "clone3", NULL, "not used (CLONE_INTO_CGROUP neither: the launcher joins the "
-                                "sandbox's cgroup itself before it starts anything)");
+  line(r, INFO, "clone3", NULL,
+       "not used (CLONE_INTO_CGROUP neither: the launcher joins the "
+       "sandbox's cgroup itself before it starts anything)");
 }
 
 static void check_privilege(struct report *r)
@@ -98,11 +102,11 @@ static void check_privilege(struct report *r)
        "a kernel built with CONFIG_SECCOMP_FILTER", "%s%s",
        actions ? "filters available: " : "no seccomp filters", actions ? actions : "");
   if (seccomp > 0)
-    line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)",
-         seccomp);
+    line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)", seccomp);
   bool idmap = sbx_kernel_has(SBX_KF_MOUNT_SETATTR);
-  line(r, INFO, "idmapped", NULL, "idmapped mounts %s (not used yet: host copies of sandbox files "
-                                  "belong to uid 100000)",
+  line(r, INFO, "idmapped", NULL,
+       "idmapped mounts %s (not used yet: host copies of sandbox files "
+       "belong to uid 100000)",
        idmap ? "available" : "unavailable (Linux 5.12)");
   line(r, INFO, "overlayfs", NULL, "overlayfs in a user namespace %s (not used yet)",
        sbx_kernel_at_least(5, 11) ? "available (Linux 5.11)" : "unavailable before Linux 5.11");
@@ -124,14 +128,30 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
     return;
   }
   cleanup_free char *own = sbx_cgroup_v2_own();
-  line(r, OK, "cgroup", NULL, "unified (v2); we are in `%s`; sandboxes go below `%s/sbx`", own,
-       base);
+  const char *conf = cfg->cgroup_manager ? cfg->cgroup_manager : "auto";
+  bool systemd = strcmp(conf, "systemd") == 0 ||
+                 (strcmp(conf, "auto") == 0 && sbx_cgroup_auto_manager() == SBX_CGM_SYSTEMD);
+  if (systemd) {
+    const char *slice = cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice";
+    bool sock = access("/run/systemd/private", W_OK) == 0;
+    line(r, sock ? OK : bad, "cgroup", "run systemd, or set sandbox.cgroup_manager: cgroupfs",
+         "unified (v2); we are in `%s`, not delegated to us: cgroup_manager %s is systemd, "
+         "sandboxes are transient scopes in %s (outside our unit: they outlive it)%s",
+         own, conf, slice, sock ? "" : "; /run/systemd/private is not reachable");
+    line(r, INFO, "", NULL,
+         "to bound sandboxes by the front-end's unit instead, give the unit "
+         "Delegate=yes (docs/hosts.md)");
+    return;
+  }
+  line(r, OK, "cgroup", NULL,
+       "unified (v2); cgroup_manager %s is cgroupfs; we are in `%s`; sandboxes go below `%s/sbx`",
+       conf, own, base);
   if (readonly_mount(SBX_CG_ROOT) || access(base, W_OK) < 0) {
-    line(r, bad, "", cfg->cgroup_required
-                         ? "mount /sys/fs/cgroup read-write (docker run --cgroupns=private "
-                           "--privileged, or a delegated cgroup), or sandbox.cgroup_required: "
-                           "false to run sandboxes without limits"
-                         : "mount /sys/fs/cgroup read-write",
+    line(r, bad, "",
+         cfg->cgroup_required ? "mount /sys/fs/cgroup read-write (docker run --cgroupns=private "
+                                "--privileged, or a delegated cgroup), or sandbox.cgroup_required: "
+                                "false to run sandboxes without limits"
+                              : "mount /sys/fs/cgroup read-write",
          "`%s` is not writable (%s): no cgroup for sandboxes%s", base,
          readonly_mount(SBX_CG_ROOT) ? "read-only mount" : "permission denied",
          cfg->cgroup_required ? ", so they cannot start" : "; they run WITHOUT limits");
@@ -139,8 +159,8 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
   }
   cleanup_free char *missing = sbx_cgroup_v2_missing(base);
   bool need_mem = cfg->memory_mib > 0, need_pids = cfg->pids > 0, need_cpu = cfg->cpus > 0;
-  bool blocked = (need_mem && strstr(missing, "memory")) || (need_pids && strstr(missing, "pids")) ||
-                 (need_cpu && strstr(missing, "cpu"));
+  bool blocked = (need_mem && strstr(missing, "memory")) ||
+                 (need_pids && strstr(missing, "pids")) || (need_cpu && strstr(missing, "cpu"));
   if (*missing)
     line(r, blocked ? bad : WARN, "",
          "enable them in the parent's cgroup.subtree_control (systemd: Delegate=yes on the "
@@ -159,22 +179,22 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
          "` (the no-internal-processes rule)",
          base, base);
   if (access("/run/systemd/system", F_OK) == 0) {
-    char val[8] = "";
-    bool delegated = getxattr(base, "trusted.delegate", val, sizeof val) > 0 ||
-                     getxattr(base, "user.delegate", val, sizeof val) > 0;
+    bool delegated = sbx_cgroup_delegated(base);
     line(r, delegated || root ? OK : WARN, "systemd",
          "run the front-end in a unit with Delegate=yes (docs/hosts.md)",
          "systemd manages this host's cgroups; `%s` is %s", base,
-         root ? "the root" : delegated ? "delegated to us" : "NOT delegated to us");
+         root        ? "the root"
+         : delegated ? "delegated to us"
+                     : "NOT delegated to us");
   }
 }
 
 static void check_cgroups_v1(struct report *r, const struct sbx_config *cfg, int bad)
 {
   static const char *const ctrls[] = {"memory", "pids", "cpu", "freezer"};
-  line(r, OK, "cgroup", NULL, "v1%s", access(SBX_CG_ROOT "/unified", F_OK) == 0
-                                          ? " (hybrid: controllers on v1, an empty cgroup2)"
-                                          : "");
+  line(r, OK, "cgroup", NULL, "v1%s",
+       access(SBX_CG_ROOT "/unified", F_OK) == 0 ? " (hybrid: controllers on v1, an empty cgroup2)"
+                                                 : "");
   for (size_t i = 0; i < sizeof ctrls / sizeof ctrls[0]; i++) {
     cleanup_free char *mnt = xasprintf(SBX_CG_ROOT "/%s", ctrls[i]);
     struct statfs st;
@@ -185,13 +205,15 @@ static void check_cgroups_v1(struct report *r, const struct sbx_config *cfg, int
         bool needed = (i == 0 && cfg->memory_mib) || (i == 1 && cfg->pids) || (i == 2 && cfg->cpus);
         line(r, needed ? bad : WARN, "", "mount the controller, or boot with cgroup v2",
              "no `%s` controller mounted%s", ctrls[i],
-             i == 3 ? " (pause is unavailable)" : needed ? " (the configured limit needs it)" : "");
+             i == 3   ? " (pause is unavailable)"
+             : needed ? " (the configured limit needs it)"
+                      : "");
         continue;
       }
     }
     bool ro = readonly_mount(mnt);
-    line(r, ro ? bad : OK, "", "mount the cgroup controllers read-write",
-         "%s at %s%s", ctrls[i], mnt, ro ? " is read-only: no cgroup for sandboxes" : "");
+    line(r, ro ? bad : OK, "", "mount the cgroup controllers read-write", "%s at %s%s", ctrls[i],
+         mnt, ro ? " is read-only: no cgroup for sandboxes" : "");
   }
 }
 

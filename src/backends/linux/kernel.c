@@ -81,8 +81,7 @@ int sbx_kernel_check(sbx_error_t *err)
     return sbx_make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
                           "this kernel (%s) lacks %s (Linux %s), which sbx needs (it %s); sbx "
                           "needs Linux " SBX_KERNEL_FLOOR " or newer: run `sbx doctor`",
-                          rel, sbx_kfeatures[i].name, sbx_kfeatures[i].since,
-                          sbx_kfeatures[i].why);
+                          rel, sbx_kfeatures[i].name, sbx_kfeatures[i].since, sbx_kfeatures[i].why);
   }
   return 0;
 }

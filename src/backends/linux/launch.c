@@ -179,7 +179,7 @@ static int launch(const struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cg
     return sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
   /* The cgroup is made while the child builds its root filesystem (two CPUs, two jobs); the
    * child only starts processes after it has been moved in. */
-  if (sbx_cgroup_create(s, cg, err) < 0)
+  if (sbx_cgroup_create(s, pid, cg, err) < 0)
     goto fail_child;
   {
     /* one write: the pipe delivers it whole (under PIPE_BUF) */

@@ -45,6 +45,7 @@ struct sbx_launch_spec {
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
   int cgroup_manager;     /* SBX_CGM_* */
   bool cgroup_required;   /* refuse to start without a cgroup (else: warn, run unlimited) */
+  char *cgroup_slice;     /* the systemd manager's slice; NULL = sbx.slice */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
 };
@@ -59,9 +60,10 @@ void sbx_launch_spec_free(struct sbx_launch_spec *s);
 
 /* ---- cgroup.c (the facade, v1 and hybrid), cgroup-v2.c (cgroupfs on a unified hierarchy) ---- */
 enum { SBX_CG_MEMORY, SBX_CG_PIDS, SBX_CG_CPU, SBX_CG_FREEZER, SBX_CG_MAX };
-/* sandbox.cgroup_manager: auto (the only one today: cgroupfs below the caller's cgroup),
- * cgroupfs, none (no cgroups, no limits). */
-enum { SBX_CGM_AUTO, SBX_CGM_CGROUPFS, SBX_CGM_NONE };
+/* sandbox.cgroup_manager: auto (systemd where systemd runs the host and our cgroup is not
+ * delegated to us, else cgroupfs), cgroupfs (below the caller's cgroup), systemd (a transient
+ * scope per sandbox in a slice), none (no cgroups, no limits). */
+enum { SBX_CGM_AUTO, SBX_CGM_CGROUPFS, SBX_CGM_SYSTEMD, SBX_CGM_NONE };
 #define SBX_CG_ROOT "/sys/fs/cgroup"
 /* v2: where the processes of the caller's cgroup go so that it may delegate controllers */
 #define SBX_CG_LEAF "sbx-leaf"
@@ -78,7 +80,12 @@ struct sbx_cgroup {
 /* Creates the sandbox's cgroup below the caller's own cgroup (".../sbx/<id>-<random>") and
  * writes s's limits. A host that cannot give one fails with SBX_E_UNSUPPORTED and a message
  * that says why and what to do, unless s->cgroup_required is false: then cg->none says why. */
-int sbx_cgroup_create(const struct sbx_launch_spec *s, struct sbx_cgroup *cg, sbx_error_t *err);
+int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                      sbx_error_t *err);
+/* The manager auto stands for on this host, for this caller (SBX_CGM_CGROUPFS or _SYSTEMD). */
+int sbx_cgroup_auto_manager(void);
+/* Is dir delegated to us by systemd (its trusted.delegate or user.delegate xattr)? */
+bool sbx_cgroup_delegated(const char *dir);
 int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
 /* Moves the calling (single-threaded) process into cg, cheaply on v1 (see cgroup.c). */
 int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
@@ -103,6 +110,16 @@ char *sbx_cgroup_v2_base(sbx_error_t *err);
 int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err);
 /* Which of memory, pids, cpu dir cannot give its children ("" = none missing). */
 char *sbx_cgroup_v2_missing(const char *dir);
+/* cgroup-systemd.c: has systemd start the transient scope sbx-<name>.scope in s's slice with
+ * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
+int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
+                             char **path_out, sbx_error_t *err);
+/* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
+ * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
+ * it is an error), 1 if it is some other message, -1 if malformed. */
+#define SBX_DBUS_MAX (1u << 20)
+size_t sbx_dbus_message_size(const void *p, size_t len);
+int sbx_dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error);
 /* Serialised as "name=path" lines for the state dir (or one "none=reason" line). */
 char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
