@@ -78,7 +78,7 @@ grep -q FAIL "$W/ctr.log" && fails=$((fails + 1))
 
 # read-only
 unshare -m --propagation private bash -c '
-  mount -o remount,ro /sys/fs/cgroup
+  mount -o remount,bind,ro /sys/fs/cgroup  # this mount only, not the superblock
   out=$("$0" --home "$1" exec -t ro -- echo x 2>&1)
   [[ $? != 0 && $out == *read-only* && $out == *"sbx doctor"* ]] && echo "PASS readonly: refused: $out" || echo "FAIL readonly: $out"
   out=$("$0" --home "$1" --config "$2" exec -t ro -- echo x 2>&1)

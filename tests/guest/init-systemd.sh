@@ -14,6 +14,8 @@ FailureAction=poweroff-force
 [Service]
 Type=oneshot
 Delegate=yes
+# a sandbox OOM-killed below the unit must not stop it (the default OOMPolicy=stop would)
+OOMPolicy=continue
 ExecStart=/bin/bash $here/run.sh
 StandardOutput=journal+console
 StandardError=journal+console
