@@ -42,6 +42,8 @@ svc=/sys/fs/cgroup/guest.slice/front.service
 mkdir -p "$svc"
 echo "+memory +pids +cpu" > /sys/fs/cgroup/guest.slice/cgroup.subtree_control
 echo $((300 << 20)) > "$svc/memory.max"
+# what systemd marks a Delegate=yes unit's cgroup with (auto then uses cgroupfs below it)
+python3 -c 'import os, sys; os.setxattr(sys.argv[1], "trusted.delegate", b"1")' "$svc"
 (
   echo $BASHPID > "$svc/cgroup.procs"
   sleep 300 & # another process of the service

@@ -25,8 +25,12 @@ ln -sf $u/sbx-guest.service $u/multi-user.target.wants/sbx-guest.service
 for m in getty@tty1.service serial-getty@ttyS0.service getty.target apt-daily.timer \
   apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer \
   e2scrub_reap.service systemd-timesyncd.service systemd-pstore.service remote-fs.target \
-  postgresql.service docker.service containerd.service; do
+  postgresql.service docker.service containerd.service systemd-udev-trigger.service \
+  systemd-udevd.service systemd-udev-settle.service systemd-logind.service dbus.service \
+  cron.service ssh.service rsyslog.service networking.service systemd-networkd.service \
+  systemd-resolved.service apparmor.service ldconfig.service systemd-hwdb-update.service \
+  keyboard-setup.service console-setup.service man-db.service; do
   ln -sf /dev/null "$u/$m"
 done
 echo sbx-guest > /etc/hostname
-exec /lib/systemd/systemd --log-target=console --show-status=false
+exec /lib/systemd/systemd --unit=multi-user.target --log-target=console --show-status=false

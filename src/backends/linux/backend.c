@@ -95,6 +95,10 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   /* an old kernel (or a caller's seccomp filter) refuses here, naming what is missing */
   if (sbx_kernel_check(err) < 0)
     return -1;
+  if (geteuid() != 0)
+    return sbx_make_error(err, EPERM, SBX_E_UNSUPPORTED,
+                          "the linux backend needs root (rootless sandboxes are not supported "
+                          "yet): run `sbx doctor`");
   for (size_t i = 0; i < in->cfg->n_mounts + in->n_extra_mounts; i++) {
     const struct sbx_mount *m =
         i < in->cfg->n_mounts ? &in->cfg->mounts[i] : &in->extra_mounts[i - in->cfg->n_mounts];

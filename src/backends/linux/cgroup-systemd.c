@@ -354,8 +354,7 @@ int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, 
     if (pr < 0)
       return sbx_make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
     if (error) {
-      sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "systemd: start %s in %s: %s", unit, slice,
-                     error);
+      sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "systemd: start %s in %s: %s", unit, slice, error);
       free(error);
       return -1;
     }
