@@ -116,6 +116,8 @@ fi
 # an ordinary user: no sandbox yet (rootless is not supported), and doctor says so
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$B/sbx" --home /tmp doctor 2>&1)
 [[ $? == 1 && $out == *"sbx needs root"* ]] && ok "nonroot: doctor fails naming root" || bad "nonroot: doctor: $out"
+out=$(cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups "$B/sbx" --home /tmp/nobody-home run -- true 2>&1)
+[[ $? == 1 && $out == *"sbx doctor"* ]] && ok "nonroot: a create fails pointing to doctor: $out" || bad "nonroot: run: $out"
 
 echo "checks: $fails failed"
 [[ $fails == 0 ]]
