@@ -92,19 +92,10 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
-  /* an old kernel (or a caller's seccomp filter) refuses here, naming what is missing */
-  if (sbx_kernel_check(err) < 0)
-    return -1;
   if (geteuid() != 0)
     return sbx_make_error(err, EPERM, SBX_E_UNSUPPORTED,
                           "the linux backend needs root (rootless sandboxes are not supported "
                           "yet): run `sbx doctor`");
-  for (size_t i = 0; i < in->cfg->n_mounts + in->n_extra_mounts; i++) {
-    const struct sbx_mount *m =
-        i < in->cfg->n_mounts ? &in->cfg->mounts[i] : &in->extra_mounts[i - in->cfg->n_mounts];
-    if (m->read_only && sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "a read_only mount", err) < 0)
-      return -1;
-  }
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);

@@ -2,7 +2,7 @@
  * looks at the real thing (a system call, a file the kernel exposes, the cgroup sandboxes would
  * go below) the way a create would, without creating anything. */
 #include "linux.h"
-#include "../../lib/internal.h"
+#include <sbx/sbx.h>
 
 #include <fcntl.h>
 #include <string.h>

@@ -1,7 +1,8 @@
-/* What the running kernel offers, probed once per process. Each system call is called with
- * arguments it must reject (a bad descriptor, bad flags): any error but ENOSYS means the call
- * exists. That also sees what a seccomp filter of the caller's takes away, which a version
- * number would not. docs/hosts.md has the table this encodes. */
+/* What the running kernel offers, probed once per process (the launcher, before it builds a
+ * sandbox; sbx doctor). Each system call is called with arguments it must reject (a bad
+ * descriptor, bad flags): any error but ENOSYS means the call exists. That also sees what a
+ * seccomp filter of the caller's takes away, which a version number would not. docs/hosts.md
+ * has the table this encodes. */
 #include "linux.h"
 
 #include <pthread.h>

@@ -254,7 +254,14 @@ int sbx_launch_main(int fd)
   struct sbx_cgroup cg = {0};
   pid_t pid = 0;
   int ret = 0;
-  if (launch(&spec, &pid, &cg, &err) < 0) {
+  /* The kernel's features are probed here, in the process that uses them (a caller under
+   * valgrind sees ENOSYS for calls valgrind does not know): an old kernel, or a seccomp filter
+   * of the caller's, refuses naming the missing call before anything is made. */
+  int ok = sbx_kernel_check(&err);
+  for (size_t i = 0; ok == 0 && i < spec.n_mounts; i++)
+    if (spec.mounts[i].read_only)
+      ok = sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "a read_only mount", &err);
+  if (ok < 0 || launch(&spec, &pid, &cg, &err) < 0) {
     sbx_frame_send_error(fd, hdr.req, err->kind, err->status, err->msg);
     sbx_error_release(&err);
     ret = 1;
