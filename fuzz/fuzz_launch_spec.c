@@ -29,7 +29,8 @@ static bool spec_eq(const struct sbx_launch_spec *a, const struct sbx_launch_spe
       a->memory_bytes != b->memory_bytes || a->cpu_millis != b->cpu_millis || a->pids != b->pids ||
       a->net_host != b->net_host || a->tmp_bytes != b->tmp_bytes ||
       a->home_bytes != b->home_bytes || a->idle_timeout_s != b->idle_timeout_s ||
-      a->n_mounts != b->n_mounts)
+      a->cgroup_manager != b->cgroup_manager || a->cgroup_required != b->cgroup_required ||
+      !str_eq(a->cgroup_slice, b->cgroup_slice) || a->n_mounts != b->n_mounts)
     return false;
   for (size_t i = 0; i < a->n_mounts; i++)
     if (!str_eq(a->mounts[i].host, b->mounts[i].host) ||

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the protocol, agent, launch spec, text, path and sbxd targets
-(fuzz/corpus/{proto,tlv,agent,launch_spec,text,paths,sbxd_http,sbxd_request}/). The seeds are
+(fuzz/corpus/{proto,tlv,agent,launch_spec,text,paths,sbxd_http,sbxd_request,dbus_reply}/). The seeds are
 checked in; run this only to regenerate them after a protocol change (or a change of sbxd's
 routes: ROUTES below follows the route table of fuzz/fuzz_sbxd_request.c). Regression inputs
 (regress-*) are kept."""
@@ -157,7 +157,8 @@ def tlv_seeds():
 
 def launch_spec_seeds():
     L = dict(ID=1, STATE_DIR=2, USER_DATA=3, IMAGE=4, MEMORY=5, CPU=6, PIDS=7, NET_HOST=8,
-             TMP=9, HOME=10, IDLE=11, MOUNT_HOST=12, MOUNT_CONTAINER=13, MOUNT_RO=14)
+             TMP=9, HOME=10, IDLE=11, MOUNT_HOST=12, MOUNT_CONTAINER=13, MOUNT_RO=14,
+             CG_MANAGER=15, CG_REQUIRED=16, CG_SLICE=17)
 
     def spec(*extra):
         base = [tlv(L["ID"], "0123456789abcdef"), tlv(L["STATE_DIR"], "/var/lib/sbx/sandboxes/x"),
@@ -177,6 +178,9 @@ def launch_spec_seeds():
         "container_before_host": tlv(L["MOUNT_CONTAINER"], "/x") + spec(),
         "missing_id": spec()[len(tlv(L["ID"], "0123456789abcdef")):],
         "nul_in_id": tlv(L["ID"], "ab\x00cd") + spec(),
+        "cgroup_systemd": spec(tlv(L["CG_MANAGER"], 2), tlv(L["CG_REQUIRED"], 0),
+                               tlv(L["CG_SLICE"], "sbx-agents.slice")),
+        "cgroup_manager_unknown": spec(tlv(L["CG_MANAGER"], 9)),
     }
     for k, v in seeds.items():
         write(k, v, "launch_spec")
@@ -545,6 +549,43 @@ def sbxd_request_seeds():
         write(k, v, "sbxd_request")
 
 
+def dbus_reply_seeds():
+    """Replies as systemd's private socket sends them (little endian D-Bus messages)."""
+    def pad(b, a):
+        return b + b"\0" * (-len(b) % a)
+
+    def string(b, v):
+        b = pad(b, 4)
+        return b + struct.pack("<I", len(v)) + v.encode() + b"\0"
+
+    def sig(b, v):
+        return b + bytes([len(v)]) + v.encode() + b"\0"
+
+    def field(b, code, t, v):
+        b = sig(pad(b, 8) + bytes([code]), t)
+        if t == "g":
+            return sig(b, v)
+        if t == "u":
+            return pad(b, 4) + struct.pack("<I", v)
+        return string(b, v)
+
+    def msg(typ, fields, body):
+        f = b"\0" * 16  # offsets count from the message's start
+        for code, t, v in fields:
+            f = field(f, code, t, v)
+        f = f[16:]
+        m = b"l" + bytes([typ, 0, 1]) + struct.pack("<III", len(body), 7, len(f)) + f
+        return pad(m, 8) + body
+
+    ok = msg(2, [(5, "u", 1), (8, "g", "o")], string(b"", "/org/freedesktop/systemd1/job/42"))
+    err = msg(3, [(4, "s", "org.freedesktop.systemd1.UnitExists"), (5, "u", 1), (8, "g", "s")],
+              string(b"", "Unit sbx-x.scope already exists."))
+    signal = msg(4, [(1, "o", "/org/freedesktop/systemd1"),
+                     (2, "s", "org.freedesktop.systemd1.Manager"), (3, "s", "JobRemoved")], b"")
+    for k, v in {"return": ok, "error": err, "signal": signal, "two": ok + err}.items():
+        write(k, v, "dbus_reply")
+
+
 if __name__ == "__main__":
     agent_seeds()
     proto_seeds()
@@ -554,3 +595,4 @@ if __name__ == "__main__":
     paths_seeds()
     sbxd_http_seeds()
     sbxd_request_seeds()
+    dbus_reply_seeds()

@@ -63,6 +63,13 @@ struct sbx_config {
   double health_check_skip_seconds;
   /* sandboxes started ahead of time, each taken by the next create (default 0: none) */
   int spares;
+  /* cgroups of the linux backend (docs/hosts.md): "auto" (default), "cgroupfs", "systemd" or
+   * "none" (no
+   * cgroups: no memory, process or CPU limits); cgroup_required (default true) refuses to start
+   * a sandbox where no cgroup can be made, false runs it without one and warns */
+  char *cgroup_manager;
+  bool cgroup_required;
+  char *cgroup_slice; /* the systemd manager's slice for sandboxes, default "sbx.slice" */
 
   /* opensandbox backend (seed 000) */
   char *api_key;           /* from the file, or OPEN_SANDBOX_API_KEY; never printed */

@@ -46,6 +46,12 @@ SBX_PUBLIC void sbx_provider_free(sbx_provider_t *p);
 SBX_PUBLIC const char *sbx_provider_home(const sbx_provider_t *p);
 SBX_PUBLIC const struct sbx_config *sbx_provider_config(const sbx_provider_t *p);
 
+/* The linux backend's view of this host for this user (sbx doctor): the kernel and its system
+ * calls, privilege, user namespaces, seccomp and cgroups, one line each, with the fix for each
+ * problem, judged against cfg. *failures gets the count of problems that stop sandboxes from
+ * starting. Creates nothing. Caller frees. */
+SBX_PUBLIC char *sbx_doctor(const struct sbx_config *cfg, int *failures);
+
 /* Returns the sandbox of (user, thread), creating it if needed; the same scope always gets the
  * same id (first 16 hex of sha256("user:thread")). A warm sandbox is reclaimed only after a
  * health check; one that fails it is replaced in the same call. thread NULL makes a throw-away

@@ -24,6 +24,7 @@ static const struct cli_verb verbs[] = {
     {"image", cmd_image, "import, list, remove or prune images (sbx image --help)"},
     {"images", cmd_images, "list the images of the store"},
     {"rmi", cmd_rmi, "remove images (refused while a sandbox uses one)"},
+    {"doctor", cmd_doctor, "say what works on this host and what does not, with fixes"},
 };
 
 static void usage(FILE *f)

@@ -628,6 +628,8 @@ enum ftype {
   F_MOUNTS,
   F_ROOTS,
   F_IMAGES,
+  F_CGMANAGER, /* auto | cgroupfs | systemd | none */
+  F_SLICE,     /* a systemd slice name */
 };
 
 struct field {
@@ -665,6 +667,9 @@ static const struct field sandbox_fields[] = {
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
+    {"cgroup_manager", F_CGMANAGER, OFF(cgroup_manager), false, 0, NULL},
+    {"cgroup_required", F_BOOL, OFF(cgroup_required), false, 0, NULL},
+    {"cgroup_slice", F_SLICE, OFF(cgroup_slice), false, 0, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
     {"api_key", F_OPTSTR, OFF(api_key), false, 0, NULL},
     {"domain", F_OPTSTR, OFF(domain), false, 0, NULL},
@@ -702,6 +707,18 @@ static bool valid_env_name(const char *k, size_t len)
     if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
       return false;
   }
+  return true;
+}
+
+static bool valid_slice(const char *s)
+{
+  size_t n = strlen(s);
+  if (n <= 6 || n > 200 || strcmp(s + n - 6, ".slice") != 0)
+    return false;
+  for (const char *c = s; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          strchr(":_.-", *c)))
+      return false;
   return true;
 }
 
@@ -899,6 +916,8 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
   case F_OPTSTR:
   case F_USE:
   case F_NETWORK:
+  case F_CGMANAGER:
+  case F_SLICE:
   case F_PROTOCOL:
   case F_LISTEN: {
     char *s = NULL;
@@ -921,6 +940,11 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
       }
     } else if (f->type == F_NETWORK && strcmp(s, "none") != 0 && strcmp(s, "host") != 0)
       bad = "must be 'none' or 'host'";
+    else if (f->type == F_CGMANAGER && strcmp(s, "auto") != 0 && strcmp(s, "cgroupfs") != 0 &&
+             strcmp(s, "systemd") != 0 && strcmp(s, "none") != 0)
+      bad = "must be 'auto', 'cgroupfs', 'systemd' or 'none'";
+    else if (f->type == F_SLICE && !valid_slice(s))
+      bad = "must be a systemd slice name (letters, digits, ':', '_', '.', '-', ending in .slice)";
     else if (f->type == F_PROTOCOL && strcmp(s, "http") != 0 && strcmp(s, "https") != 0)
       bad = "must be 'http' or 'https'";
     else if (f->type == F_LISTEN && !valid_listen(s))
@@ -1012,6 +1036,7 @@ static struct sbx_config *config_alloc(void)
   cfg->memory_mib = 1024;
   cfg->cpus = 0;
   cfg->pids = 1024;
+  cfg->cgroup_required = true;
   cfg->output_max_bytes = UINT64_C(10) << 20;
   cfg->bash_output_max_chars = 20000;
   cfg->read_file_output_max_chars = 50000;
@@ -1038,6 +1063,10 @@ static void config_finish(struct sbx_config *cfg)
     cfg->image = xstrdup(strcmp(cfg->use, "opensandbox") == 0 ? "python:3.11" : "host");
   if (cfg->network == NULL)
     cfg->network = xstrdup("none");
+  if (cfg->cgroup_manager == NULL)
+    cfg->cgroup_manager = xstrdup("auto");
+  if (cfg->cgroup_slice == NULL)
+    cfg->cgroup_slice = xstrdup("sbx.slice");
   if (cfg->protocol == NULL)
     cfg->protocol = xstrdup("http");
   if (cfg->api_key == NULL)
@@ -1072,6 +1101,8 @@ void sbx_config_free(struct sbx_config *cfg)
   }
   free(cfg->environment);
   free(cfg->network);
+  free(cfg->cgroup_manager);
+  free(cfg->cgroup_slice);
   for (size_t i = 0; i < cfg->n_mounts; i++) {
     free(cfg->mounts[i].host_path);
     free(cfg->mounts[i].container_path);
@@ -1288,6 +1319,9 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);
+  put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
+  sbx_buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
+  put_str(&b, in, "cgroup_slice", cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice");
   if (cfg->api_key != NULL)
     sbx_buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);

@@ -1228,10 +1228,14 @@ def test_spares_make_creates_fast_and_keep_managed_semantics(sbxd, tmp_path):
     assert box["pid"] in [m["pid"] for m in before.values()]
     with open(os.path.join(s.home, "sandboxes", sb.id, "meta")) as f:
         cgroups = dict(l.split("=", 1) for l in json.load(f)["cgroups"].splitlines())
-    if "memory" in cgroups and os.path.exists(cgroups["memory"] + "/memory.limit_in_bytes"):
+    if "unified" in cgroups:  # cgroup v2: one directory
+        with open(cgroups["unified"] + "/memory.max") as f:
+            assert int(f.read()) == 256 << 20
+        with open(cgroups["unified"] + "/cpu.max") as f:
+            assert f.read().split() == ["50000", "100000"]
+    else:
         with open(cgroups["memory"] + "/memory.limit_in_bytes") as f:
             assert int(f.read()) == 256 << 20
-    if "cpu" in cgroups and os.path.exists(cgroups["cpu"] + "/cpu.cfs_quota_us"):
         with open(cgroups["cpu"] + "/cpu.cfs_quota_us") as f:
             assert int(f.read()) == 50000
     out, end = sb.run("hostname; ls /mnt/user-data")

@@ -61,6 +61,8 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_true(cfg->cpus == 0);
   assert_int_equal(cfg->pids, 1024);
   assert_string_equal(cfg->network, "none");
+  assert_string_equal(cfg->cgroup_manager, "auto");
+  assert_true(cfg->cgroup_required);
   assert_int_equal(cfg->n_mounts, 0);
   assert_int_equal(cfg->output_max_bytes, 10485760);
   assert_int_equal(cfg->bash_output_max_chars, 20000);
@@ -349,6 +351,16 @@ static void test_wrong_type(void **state)
   expect_error("sandbox: [1]\n", "t.yaml:1: sandbox: expected a mapping, got a list");
   expect_error("sandbox:\n  network: bridge\n",
                "t.yaml:2: sandbox.network: must be 'none' or 'host', got 'bridge'");
+  expect_error("sandbox:\n  cgroup_manager: systemd-ish\n",
+               "t.yaml:2: sandbox.cgroup_manager: must be 'auto', 'cgroupfs', 'systemd' or "
+               "'none', got 'systemd-ish'");
+  expect_error("sandbox:\n  cgroup_slice: ../x.slice\n",
+               "t.yaml:2: sandbox.cgroup_slice: must be a systemd slice name (letters, digits, "
+               "':', '_', '.', '-', ending in .slice), got '../x.slice'");
+  expect_error(
+      "sandbox:\n  cgroup_required: maybe\n",
+      "t.yaml:2: sandbox.cgroup_required: expected a boolean (true/false, yes/no, on/off), "
+      "got 'maybe'");
   expect_error("sandbox:\n  protocol: ftp\n",
                "t.yaml:2: sandbox.protocol: must be 'http' or 'https', got 'ftp'");
   expect_error("sbxd:\n  listen: localhost\n",

@@ -1,20 +1,27 @@
-/* cgroups for the linux backend. Hosts come in three shapes: v1, hybrid (v1 controllers plus an
- * empty cgroup2 at /sys/fs/cgroup/unified, as on the machines we test on) and unified v2. v1 and
- * hybrid use one directory per controller below the caller's own cgroup in that hierarchy, so
- * sandboxes stay inside whatever limits the caller runs under; v2 uses /sys/fs/cgroup/sbx
- * because the "no internal processes" rule forbids enabling controllers in a populated cgroup. */
+/* cgroups for the linux backend, the facade over its managers. Hosts come in three shapes: v1,
+ * hybrid (v1 controllers plus an empty cgroup2 at /sys/fs/cgroup/unified, as on the machines we
+ * test on) and unified v2. Every manager puts sandboxes below the caller's own cgroup, so they
+ * stay inside whatever limits the caller runs under: on v1 and hybrid one directory per
+ * controller (this file), on v2 one directory (cgroup-v2.c, which also keeps the "no internal
+ * processes" rule). Where systemd runs the host and has not delegated our cgroup to us, each
+ * sandbox is a transient scope of systemd's instead (cgroup-systemd.c), in a slice of its own.
+ * Where no cgroup can be made (a read-only /sys/fs/cgroup, controllers not delegated) a create
+ * fails naming why, or, with sandbox.cgroup_required false, the sandbox runs without one and the
+ * reason travels in its cgroup record ("none=...") for a warning. */
 #include "linux.h"
 
 #include <fcntl.h>
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <linux/magic.h>
 #include <sbx/sbx.h>
 #include <sys/sysinfo.h>
 
-#define CG_ROOT "/sys/fs/cgroup"
+#define CG_ROOT SBX_CG_ROOT
 
 static const char *const v1_names[SBX_CG_MAX] = {"memory", "pids", "cpu", "freezer"};
 
@@ -78,10 +85,18 @@ static char *v1_mount(const char *ctrl)
   return NULL;
 }
 
+/* A failure that says what the host lets us do (read-only, not delegated, controller absent)
+ * is SBX_E_UNSUPPORTED: with cgroup_required false the sandbox runs without a cgroup then. */
+static int cg_kind(int e)
+{
+  return e == EROFS || e == EACCES || e == EPERM || e == ENOENT || e == EBUSY ? SBX_E_UNSUPPORTED
+                                                                              : SBX_E_INTERNAL;
+}
+
 static int mkdir_cg(const char *path, bool fresh, sbx_error_t *err)
 {
   if (fresh ? mkdir(path, 0755) < 0 : sbx_mkdir_p(path, 0755) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create cgroup `%s`", path);
+    return sbx_make_error(err, errno, cg_kind(errno), "create cgroup `%s`", path);
   return 0;
 }
 
@@ -91,20 +106,42 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
   char val[64];
   if (cg->unified) {
     const char *dir = cg->path[0];
+    /* A controller that is not delegated here has no files: fine while no limit needs it. */
+    cleanup_free char *missing = sbx_cgroup_v2_missing(dir);
+    const char *absent = memory_bytes && strstr(missing, "memory")                 ? "memory"
+                         : set_pids && pids > 0 && strstr(missing, "pids") != NULL ? "pids"
+                         : cpu_millis && strstr(missing, "cpu") != NULL            ? "cpu"
+                                                                                   : NULL;
+    if (absent)
+      return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
+                            "the `%s` controller is not available in `%s` (not enabled or not "
+                            "delegated above it) for the sandbox's %s limit",
+                            absent, dir, absent);
     snprintf(val, sizeof val, "%llu", (unsigned long long) memory_bytes);
-    if (write_str(dir, "memory.max", memory_bytes ? val : "max") < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set memory.max in `%s`", dir);
+    if (write_str(dir, "memory.max", memory_bytes ? val : "max") < 0 &&
+        (memory_bytes || errno != ENOENT))
+      return sbx_make_error(err, errno, cg_kind(errno), "set memory.max in `%s`", dir);
     write_str(dir, "memory.swap.max", "0"); /* absent without swap accounting */
     if (set_pids) {
       snprintf(val, sizeof val, "%lld", (long long) pids);
-      if (write_str(dir, "pids.max", pids > 0 ? val : "max") < 0)
-        return sbx_make_error(err, errno, SBX_E_INTERNAL, "set pids.max in `%s`", dir);
+      if (write_str(dir, "pids.max", pids > 0 ? val : "max") < 0 && (pids > 0 || errno != ENOENT))
+        return sbx_make_error(err, errno, cg_kind(errno), "set pids.max in `%s`", dir);
     }
     snprintf(val, sizeof val, "%llu 100000", (unsigned long long) cpu_millis * 100);
     if (write_str(dir, "cpu.max", cpu_millis ? val : "max 100000") < 0 && cpu_millis)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set cpu.max in `%s`", dir);
+      return sbx_make_error(err, errno, cg_kind(errno), "set cpu.max in `%s`", dir);
     return 0;
   }
+  /* a limit asked for on a host without its controller must not pass for enforced */
+  const char *absent = memory_bytes && !cg->path[SBX_CG_MEMORY]         ? "memory"
+                       : set_pids && pids > 0 && !cg->path[SBX_CG_PIDS] ? "pids"
+                       : cpu_millis && !cg->path[SBX_CG_CPU]            ? "cpu"
+                                                                        : NULL;
+  if (absent)
+    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
+                          "no `%s` cgroup controller is mounted under " CG_ROOT
+                          " for the sandbox's %s limit",
+                          absent, absent);
   if (cg->path[SBX_CG_MEMORY]) {
     const char *dir = cg->path[SBX_CG_MEMORY];
     snprintf(val, sizeof val, "%lld", memory_bytes ? (long long) memory_bytes : -1LL);
@@ -114,7 +151,7 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
     if (has_memsw && !memory_bytes)
       write_str(dir, "memory.memsw.limit_in_bytes", "-1");
     if (write_str(dir, "memory.limit_in_bytes", val) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set memory.limit_in_bytes in `%s`", dir);
+      return sbx_make_error(err, errno, cg_kind(errno), "set memory.limit_in_bytes in `%s`", dir);
     if (has_memsw && memory_bytes)
       write_str(dir, "memory.memsw.limit_in_bytes", val);
     /* v1 keeps TCP buffers outside memory.limit_in_bytes, and charges them at all only once
@@ -128,59 +165,127 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
   if (set_pids && cg->path[SBX_CG_PIDS]) {
     snprintf(val, sizeof val, "%lld", (long long) pids);
     if (write_str(cg->path[SBX_CG_PIDS], "pids.max", pids > 0 ? val : "max") < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set pids.max in `%s`",
+      return sbx_make_error(err, errno, cg_kind(errno), "set pids.max in `%s`",
                             cg->path[SBX_CG_PIDS]);
   }
   if (cg->path[SBX_CG_CPU]) {
     snprintf(val, sizeof val, "%lld", cpu_millis ? (long long) cpu_millis * 100 : -1LL);
     if (write_str(cg->path[SBX_CG_CPU], "cpu.cfs_quota_us", val) < 0 && cpu_millis)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set cpu.cfs_quota_us in `%s`",
+      return sbx_make_error(err, errno, cg_kind(errno), "set cpu.cfs_quota_us in `%s`",
                             cg->path[SBX_CG_CPU]);
   }
   return 0;
 }
 
-int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
-                      struct sbx_cgroup *cg, sbx_error_t *err)
+bool sbx_cgroup_delegated(const char *dir)
 {
-  memset(cg, 0, sizeof *cg);
-  /* One scope id can exist in several state dirs at once: every sandbox gets its own cgroup. */
-  char suffix[9];
-  sbx_random_hex(suffix, 8);
-  cleanup_free char *name = xasprintf("%s-%s", id, suffix);
-  id = name;
+  char val[8];
+  return getxattr(dir, "trusted.delegate", val, sizeof val) > 0 ||
+         getxattr(dir, "user.delegate", val, sizeof val) > 0;
+}
+
+int sbx_cgroup_auto_manager(void)
+{
+  /* systemd owns the tree unless it delegated our cgroup to us (Delegate=yes): then, or with
+   * no systemd at all, the tree below our cgroup is ours to manage */
+  if (!unified_host() || access("/run/systemd/system", F_OK) < 0)
+    return SBX_CGM_CGROUPFS;
+  cleanup_free char *base = sbx_cgroup_v2_base(NULL);
+  if (base == NULL || strcmp(base, CG_ROOT) == 0 || sbx_cgroup_delegated(base))
+    return SBX_CGM_CGROUPFS;
+  return SBX_CGM_SYSTEMD;
+}
+
+static int create_cgroups(const struct sbx_launch_spec *s, const char *id, pid_t pid,
+                          struct sbx_cgroup *cg, sbx_error_t *err)
+{
+  int mgr = s->cgroup_manager == SBX_CGM_AUTO ? sbx_cgroup_auto_manager() : s->cgroup_manager;
+  if (mgr == SBX_CGM_SYSTEMD) {
+    if (!unified_host())
+      return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
+                            "cgroup_manager systemd needs a unified (v2) cgroup hierarchy");
+    cg->unified = true;
+    cleanup_free char *p = NULL;
+    if (sbx_cgroup_systemd_scope(s, id, pid, &p, err) < 0)
+      return -1;
+    for (int i = 0; i < SBX_CG_MAX; i++)
+      cg->path[i] = xstrdup(p);
+    return 0;
+  }
   if (unified_host()) {
     cg->unified = true;
-    const char *parent = CG_ROOT "/sbx";
-    if (mkdir_cg(parent, false, err) < 0)
+    cleanup_free char *parent = NULL;
+    if (sbx_cgroup_v2_prepare(&parent, err) < 0)
       return -1;
-    /* Controllers must be enabled on the way down; the root usually has them already. */
-    write_str(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
-    write_str(parent, "cgroup.subtree_control", "+memory +pids +cpu");
     char *p = xasprintf("%s/%s", parent, id);
     for (int i = 0; i < SBX_CG_MAX; i++)
       cg->path[i] = xstrdup(p);
     free(p);
-    if (mkdir_cg(cg->path[0], true, err) < 0)
-      goto fail;
-  } else {
-    for (int i = 0; i < SBX_CG_MAX; i++) {
-      cleanup_free char *mnt = v1_mount(v1_names[i]);
-      if (mnt == NULL)
-        continue; /* controller not mounted: that limit is unavailable */
-      cleanup_free char *own = own_v1_path(v1_names[i]);
-      cleanup_free char *parent = xasprintf("%s%s/sbx", mnt, strcmp(own, "/") == 0 ? "" : own);
-      cg->path[i] = xasprintf("%s/%s", parent, id);
-      if (mkdir_cg(parent, false, err) < 0 || mkdir_cg(cg->path[i], true, err) < 0)
-        goto fail;
-    }
+    return mkdir_cg(cg->path[0], true, err);
   }
-  if (apply_limits(cg, memory_bytes, cpu_millis, pids, true, err) < 0)
-    goto fail;
+  struct statfs st;
+  if (statfs(CG_ROOT, &st) < 0)
+    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "no cgroup file system at " CG_ROOT);
+  for (int i = 0; i < SBX_CG_MAX; i++) {
+    cleanup_free char *mnt = v1_mount(v1_names[i]);
+    if (mnt == NULL)
+      continue; /* controller not mounted: that limit is unavailable */
+    cleanup_free char *own = own_v1_path(v1_names[i]);
+    cleanup_free char *parent = xasprintf("%s%s/sbx", mnt, strcmp(own, "/") == 0 ? "" : own);
+    cg->path[i] = xasprintf("%s/%s", parent, id);
+    if (mkdir_cg(parent, false, err) < 0 || mkdir_cg(cg->path[i], true, err) < 0)
+      return -1;
+  }
   return 0;
-fail:
+}
+
+/* Replaces *err's message with a longer one that says what to do about it. */
+static void explain(sbx_error_t *err, bool required)
+{
+  if (err == NULL || *err == NULL)
+    return;
+  struct statvfs vfs;
+  bool ro = (*err)->status == EROFS || (statvfs(CG_ROOT, &vfs) == 0 && (vfs.f_flag & ST_RDONLY));
+  cleanup_free char *msg = xasprintf(
+      "%s (%s%s)", (*err)->msg,
+      ro ? CG_ROOT " is mounted read-only, as in a container by default; " : "",
+      required ? "sandboxes cannot get memory, process or CPU limits here: run `sbx doctor`; "
+                 "sandbox.cgroup_required: false runs them without limits"
+               : "run `sbx doctor`");
+  int status = (*err)->status, kind = (*err)->kind;
+  sbx_error_release(err);
+  sbx_error_set(err, status, kind, msg);
+}
+
+int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                      sbx_error_t *err)
+{
+  memset(cg, 0, sizeof *cg);
+  if (s->cgroup_manager == SBX_CGM_NONE) {
+    cg->none = xstrdup("sandbox.cgroup_manager is none");
+    return 0;
+  }
+  /* One scope id can exist in several state dirs at once: every sandbox gets its own cgroup. */
+  char suffix[9];
+  sbx_random_hex(suffix, 8);
+  cleanup_free char *name = xasprintf("%s-%s", s->id, suffix);
+  sbx_error_t e = NULL;
+  if (create_cgroups(s, name, pid, cg, &e) == 0 &&
+      apply_limits(cg, s->memory_bytes, s->cpu_millis, s->pids, true, &e) == 0)
+    return 0;
   sbx_cgroup_destroy(cg, 0, NULL);
   sbx_cgroup_free(cg);
+  if (e->kind == SBX_E_UNSUPPORTED && !s->cgroup_required) {
+    explain(&e, false);
+    cg->none = xstrdup(e->msg);
+    sbx_error_release(&e);
+    return 0;
+  }
+  if (e->kind == SBX_E_UNSUPPORTED)
+    explain(&e, true);
+  if (err && *err == NULL)
+    *err = steal_pointer(&e);
+  sbx_error_release(&e);
   return -1;
 }
 
@@ -291,7 +396,14 @@ bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg)
 char *sbx_cgroup_format(const struct sbx_cgroup *cg)
 {
   sbx_buf_t b = {0};
-  if (cg->unified)
+  if (cg->none) {
+    /* one line: the launcher's pipe message and the state record are line-based */
+    cleanup_free char *line = xstrdup(cg->none);
+    for (char *c = line; *c; c++)
+      if (*c == '\n')
+        *c = ' ';
+    sbx_buf_printf(&b, "none=%s\n", line);
+  } else if (cg->unified)
     sbx_buf_printf(&b, "unified=%s\n", cg->path[0]);
   else
     for (int i = 0; i < SBX_CG_MAX; i++)
@@ -335,6 +447,8 @@ int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg)
 
 void sbx_cgroup_free(struct sbx_cgroup *cg)
 {
+  free(cg->none);
+  cg->none = NULL;
   for (int i = 0; i < SBX_CG_MAX; i++) {
     free(cg->path[i]);
     cg->path[i] = NULL;
@@ -417,7 +531,10 @@ int sbx_cgroup_sweep(int min_age_s)
     if (unified_host()) {
       if (i > 0)
         break;
-      parent = xstrdup(CG_ROOT "/sbx");
+      cleanup_free char *base = sbx_cgroup_v2_base(NULL);
+      if (base == NULL)
+        break;
+      parent = xasprintf("%s/sbx", base);
     } else {
       cleanup_free char *mnt = v1_mount(v1_names[i]);
       if (mnt == NULL)

@@ -72,11 +72,17 @@ struct sbx_launch_spec {
   uint64_t tmp_bytes;
   uint64_t home_bytes;
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
+  int cgroup_manager;     /* SBX_CGM_* */
+  bool cgroup_required;   /* refuse to start without a cgroup (else: warn, run unlimited) */
+  char *cgroup_slice;     /* the systemd manager's slice; NULL = sbx.slice */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
   int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
+  /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
+   * remount once attached */
+  bool nosuid_by_remount;
 };
 
 /* A detached mount (open_tree) made nosuid and nodev, recursively, before it is attached in a
@@ -102,14 +108,23 @@ void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
 int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);
 void sbx_launch_spec_free(struct sbx_launch_spec *s);
 
-/* ---- cgroup.c ---- */
+/* ---- cgroup.c (the facade, v1 and hybrid), cgroup-v2.c (cgroupfs on a unified hierarchy) ---- */
 enum { SBX_CG_MEMORY, SBX_CG_PIDS, SBX_CG_CPU, SBX_CG_FREEZER, SBX_CG_MAX };
+/* sandbox.cgroup_manager: auto (systemd where systemd runs the host and our cgroup is not
+ * delegated to us, else cgroupfs), cgroupfs (below the caller's cgroup), systemd (a transient
+ * scope per sandbox in a slice), none (no cgroups, no limits). */
+enum { SBX_CGM_AUTO, SBX_CGM_CGROUPFS, SBX_CGM_SYSTEMD, SBX_CGM_NONE };
+#define SBX_CG_ROOT "/sys/fs/cgroup"
+/* v2: where the processes of the caller's cgroup go so that it may delegate controllers */
+#define SBX_CG_LEAF "sbx-leaf"
 
 /* One sandbox's cgroup: on v1/hybrid hosts one directory per controller, on v2 one directory
- * (stored in every slot). Paths are absolute under /sys/fs/cgroup. */
+ * (stored in every slot). Paths are absolute under /sys/fs/cgroup. none: the sandbox has no
+ * cgroup, and why (cgroups unavailable and not required, or cgroup_manager none). */
 struct sbx_cgroup {
   bool unified;
   char *path[SBX_CG_MAX];
+  char *none;
 };
 
 /* What a sandbox may hold in TCP buffers on cgroup v1 (where they are not part of the memory
@@ -119,9 +134,15 @@ static inline uint64_t sbx_cgroup_tcp_bytes(uint64_t memory_bytes)
   return memory_bytes / 4 > (16u << 20) ? memory_bytes / 4 : 16u << 20;
 }
 
-/* Creates the cgroup for id below the caller's own cgroup (".../sbx/<id>") and writes limits. */
-int sbx_cgroup_create(const char *id, uint64_t memory_bytes, uint64_t cpu_millis, int64_t pids,
-                      struct sbx_cgroup *cg, sbx_error_t *err);
+/* Creates the sandbox's cgroup below the caller's own cgroup (".../sbx/<id>-<random>") and
+ * writes s's limits. A host that cannot give one fails with SBX_E_UNSUPPORTED and a message
+ * that says why and what to do, unless s->cgroup_required is false: then cg->none says why. */
+int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                      sbx_error_t *err);
+/* The manager auto stands for on this host, for this caller (SBX_CGM_CGROUPFS or _SYSTEMD). */
+int sbx_cgroup_auto_manager(void);
+/* Is dir delegated to us by systemd (its trusted.delegate or user.delegate xattr)? */
+bool sbx_cgroup_delegated(const char *dir);
 int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
 /* Moves the calling (single-threaded) process into cg, cheaply on v1 (see cgroup.c). */
 int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
@@ -137,13 +158,59 @@ bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
 int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
                           sbx_error_t *err);
 int sbx_cgroup_sweep(int min_age_s);
-/* Serialised as "name=path" lines for the state dir. */
+/* v2 (cgroup-v2.c): our cgroup as /proc/self/cgroup's "0::" line says, or NULL */
+char *sbx_cgroup_v2_own(void);
+/* the directory sandboxes go below: the mount plus our cgroup, without our leaf */
+char *sbx_cgroup_v2_base(sbx_error_t *err);
+/* Makes <base>/sbx with memory, pids and cpu enabled for its children (those the base has),
+ * moving the base's processes to SBX_CG_LEAF first if the base must delegate. */
+int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err);
+/* Which of memory, pids, cpu dir cannot give its children ("" = none missing). */
+char *sbx_cgroup_v2_missing(const char *dir);
+/* cgroup-systemd.c: has systemd start the transient scope sbx-<name>.scope in s's slice with
+ * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
+int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
+                             char **path_out, sbx_error_t *err);
+/* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
+ * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
+ * it is an error), 1 if it is some other message, -1 if malformed. */
+#define SBX_DBUS_MAX (1u << 20)
+size_t sbx_dbus_message_size(const void *p, size_t len);
+int sbx_dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error);
+/* Serialised as "name=path" lines for the state dir (or one "none=reason" line). */
 char *sbx_cgroup_format(const struct sbx_cgroup *cg);
 int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
 void sbx_cgroup_free(struct sbx_cgroup *cg);
 
 /* Pseudo-terminals a sandbox may hold open at once (its devpts's max=). */
 #define SBX_PTY_MAX 128
+
+/* ---- kernel.c: the kernel's features, probed once (docs/hosts.md) ---- */
+/* The oldest kernel with every required feature below. */
+#define SBX_KERNEL_FLOOR "5.9"
+enum {
+  SBX_KF_OPEN_TREE,
+  SBX_KF_MOVE_MOUNT,
+  SBX_KF_PIDFD_OPEN,
+  SBX_KF_OPENAT2,
+  SBX_KF_CLOSE_RANGE,
+  SBX_KF_MOUNT_SETATTR,
+  SBX_KF_MAX
+};
+struct sbx_kfeature {
+  const char *name;  /* the system call */
+  const char *since; /* the Linux version that added it */
+  bool required;     /* no sandbox without it; else some features are refused */
+  const char *why;
+};
+extern const struct sbx_kfeature sbx_kfeatures[SBX_KF_MAX];
+bool sbx_kernel_has(int feature);
+char *sbx_kernel_release(void);
+bool sbx_kernel_at_least(int major, int minor);
+/* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
+int sbx_kernel_check(sbx_error_t *err);
+/* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */
+int sbx_kernel_require(int feature, const char *what, sbx_error_t *err);
 
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
 /* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */

@@ -20,6 +20,9 @@ enum {
   L_MOUNT_CONTAINER,
   L_MOUNT_RO,
   L_LAYERS,
+  L_CG_MANAGER,
+  L_CG_REQUIRED,
+  L_CG_SLICE,
 };
 
 void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
@@ -38,6 +41,10 @@ void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
   sbx_tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
   if (s->layers)
     sbx_tlv_put_str(&w, L_LAYERS, s->layers);
+  sbx_tlv_put_u64(&w, L_CG_MANAGER, (uint64_t) s->cgroup_manager);
+  sbx_tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
+  if (s->cgroup_slice)
+    sbx_tlv_put_str(&w, L_CG_SLICE, s->cgroup_slice);
   for (size_t i = 0; i < s->n_mounts; i++) {
     sbx_tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
     sbx_tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
@@ -64,6 +71,13 @@ int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
       sbx_tlv_get_str(p, len, L_LAYERS, &s->layers) < 0)
     goto bad;
   s->net_host = v != 0;
+  uint64_t mgr, req;
+  if (sbx_tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
+      sbx_tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||
+      sbx_tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0)
+    goto bad;
+  s->cgroup_manager = (int) mgr;
+  s->cgroup_required = req != 0;
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   int ret;
@@ -98,6 +112,7 @@ void sbx_launch_spec_free(struct sbx_launch_spec *s)
   free(s->user_data);
   free(s->image);
   free(s->layers);
+  free(s->cgroup_slice);
   for (size_t i = 0; i < s->n_mounts; i++) {
     free(s->mounts[i].host);
     free(s->mounts[i].container);

@@ -105,6 +105,10 @@ static uint32_t spare_uid_base(long pid)
 int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   const char *id = in->meta.id;
+  /* before 5.12 a spare's read-only / cannot be made writable for its new name */
+  if (sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "adopting a spare", err) < 0 ||
+      sbx_kernel_require(SBX_KF_PIDFD_OPEN, "adopting a spare", err) < 0)
+    return -1;
   cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
   /* pid reuse: the pidfd names the process whose start time still matches */
   if (pidfd < 0 || sbx_proc_start_time(in->meta.pid) != in->meta.pid_start)

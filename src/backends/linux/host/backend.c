@@ -43,6 +43,13 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->home_bytes = c->home_size_mib << 20;
   /* a managed sandbox's lifetime belongs to its front-end, not to idleness */
   s->idle_timeout_s = in->meta.managed ? 0 : c->idle_timeout;
+  const char *mgr = c->cgroup_manager ? c->cgroup_manager : "auto";
+  s->cgroup_manager = strcmp(mgr, "none") == 0       ? SBX_CGM_NONE
+                      : strcmp(mgr, "cgroupfs") == 0 ? SBX_CGM_CGROUPFS
+                      : strcmp(mgr, "systemd") == 0  ? SBX_CGM_SYSTEMD
+                                                     : SBX_CGM_AUTO;
+  s->cgroup_required = c->cgroup_required;
+  s->cgroup_slice = c->cgroup_slice;
   s->n_mounts = c->n_mounts + in->n_extra_mounts;
   s->mounts = xzalloc((s->n_mounts + 1) * sizeof *s->mounts);
   for (size_t i = 0; i < s->n_mounts; i++) {
@@ -163,6 +170,10 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
+  if (geteuid() != 0)
+    return sbx_make_error(err, EPERM, SBX_E_UNSUPPORTED,
+                          "the linux backend needs root (rootless sandboxes are not supported "
+                          "yet): run `sbx doctor`");
   if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
       sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
     return -1;
@@ -236,6 +247,10 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
     in->meta.uid_base = (uint32_t) uids;
   in->meta.pid = (long) pid;
   in->meta.pid_start = sbx_proc_start_time((long) pid);
+  if (sbx_str_has_prefix(cgroups, "none="))
+    sbx_log(SBX_LOG_WARNING,
+            "sandbox %s runs WITHOUT a cgroup: no memory, process or CPU limit is enforced (%.*s)",
+            in->meta.id, (int) strcspn(cgroups + 5, "\n"), cgroups + 5);
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   return 0;

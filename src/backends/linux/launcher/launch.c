@@ -204,7 +204,7 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
     return sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
   /* The cgroup is made while the child builds its root filesystem (two CPUs, two jobs); the
    * child only starts processes after it has been moved in. */
-  if (sbx_cgroup_create(s->id, s->memory_bytes, s->cpu_millis, s->pids, cg, err) < 0)
+  if (sbx_cgroup_create(s, pid, cg, err) < 0)
     goto fail_child;
   {
     /* one write: the pipe delivers it whole (under PIPE_BUF) */
@@ -286,7 +286,14 @@ int sbx_launch_main(int fd)
   struct sbx_cgroup cg = {0};
   pid_t pid = 0;
   int ret = 0;
-  if (launch(&spec, &pid, &cg, &err) < 0) {
+  /* The kernel's features are probed here, in the process that uses them (a caller under
+   * valgrind sees ENOSYS for calls valgrind does not know): an old kernel, or a seccomp filter
+   * of the caller's, refuses naming the missing call before anything is made. */
+  int ok = sbx_kernel_check(&err);
+  for (size_t i = 0; ok == 0 && i < spec.n_mounts; i++)
+    if (spec.mounts[i].read_only)
+      ok = sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "a read_only mount", &err);
+  if (ok < 0 || launch(&spec, &pid, &cg, &err) < 0) {
     sbx_frame_send_error(fd, hdr.req, err->kind, err->status, err->msg);
     sbx_error_release(&err);
     ret = 1;

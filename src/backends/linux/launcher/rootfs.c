@@ -280,8 +280,11 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
       if (tree < 0)
         return sbx_make_error(err, errno, i ? SBX_E_CONFIG : SBX_E_INTERNAL, "mount source `%s`%s",
                               host, errno == ELOOP ? " (a symlink on the way)" : "");
-      if (sbx_tree_nosuid_nodev(tree) < 0)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
+      if (sbx_tree_nosuid_nodev(tree) < 0) {
+        if (errno != ENOSYS)
+          return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
+        s->nosuid_by_remount = true; /* read_only mounts were refused before (kernel.c) */
+      }
       /* a mount is idmapped when its top belongs to the sandboxes' on-disk owner (the thread
        * folder, sbxd's named volumes): a host folder owned by anyone else would turn
        * unwritable (the kernel refuses writes to an inode whose owner the idmap lacks) */
@@ -311,6 +314,15 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
   return 0;
 }
 
+/* Without mount_setattr: nosuid,nodev on a tree attached at path (inside the root being built,
+ * which nothing but this process can reach yet, so the path is the tree just attached). */
+static int remount_nosuid(const char *path, sbx_error_t *err)
+{
+  if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "make `%s` nosuid,nodev", path);
+  return 0;
+}
+
 /* Attaches the prepared trees of the configured mounts at their mount points, by fd: nothing
  * is resolved by path inside the new root. */
 static int user_mounts(int rootfd, const struct sbx_launch_spec *s, const int *trees,
@@ -327,6 +339,11 @@ static int user_mounts(int rootfd, const struct sbx_launch_spec *s, const int *t
     if (syscall(SYS_move_mount, trees[i], "", fd, "",
                 MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
       return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s` at `%s`", m->host, m->container);
+    if (s->nosuid_by_remount) {
+      cleanup_free char *at = xasprintf("%s/root%s", s->state_dir, m->container);
+      if (remount_nosuid(at, err) < 0)
+        return -1;
+    }
   }
   return 0;
 }
@@ -389,7 +406,7 @@ static int user_data_setup(const char *root, const struct sbx_launch_spec *s, in
     if (syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
                             s->user_data);
-    return 0;
+    return s->nosuid_by_remount ? remount_nosuid(ud, err) : 0;
   }
   char opts[128];
   snprintf(opts, sizeof opts, "mode=0755,size=%llu,uid=%u,gid=%u",
