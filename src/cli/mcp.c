@@ -2,6 +2,7 @@
  * tools are the contract's operations on one scope's sandbox. */
 #include "cli.h"
 
+#include "../lib/image/image.h"
 #include "mcp.h"
 #include "util.h"
 
@@ -12,19 +13,22 @@
 #include <time.h>
 
 static const char usage[] =
-    "Usage: sbx mcp [-t THREAD] [-u USER]\n"
+    "Usage: sbx mcp [-t THREAD] [-u USER] [--image IMAGE]\n"
     "\n"
     "Serves the Model Context Protocol over stdio, for agents that take tools over MCP (Claude\n"
     "Code, Codex, Cursor...): tools execute_command, read_file, write_file, update_file,\n"
-    "download_file, list_dir, glob, grep, release_sandbox and reset_sandbox, and the files of\n"
-    "/mnt/user-data/outputs as resources. All act on the sandbox of one scope: (USER, THREAD)\n"
-    "if -t is given (the same sandbox `sbx exec -t THREAD` uses), else a thread of this session's\n"
-    "own (\"mcp-\" + random hex). It is created on the first tool call and parked warm when\n"
-    "stdin closes or on SIGTERM/SIGINT (commands still running are killed). Logs go to stderr;\n"
-    "stdout carries only MCP messages. See docs/mcp.md.\n"
+    "download_file, list_dir, glob, grep, release_sandbox, reset_sandbox and list_images (the\n"
+    "image store), and the files of /mnt/user-data/outputs as resources. All act on the\n"
+    "sandbox of one scope: (USER, THREAD) if -t is given (the same sandbox `sbx exec -t THREAD`\n"
+    "uses), else a thread of this session's own (\"mcp-\" + random hex). It is created on the\n"
+    "first tool call and parked warm when stdin closes or on SIGTERM/SIGINT (commands still\n"
+    "running are killed). Logs go to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
     "\n"
     "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
-    "  -u, --user USER       scope user id (default \"default\")\n";
+    "  -u, --user USER       scope user id (default \"default\")\n"
+    "      --image IMAGE     make the session's sandbox from this image when it is created\n"
+    "                        (default: sandbox.image; `host` or an image of `sbx images`); a\n"
+    "                        scope's existing sandbox keeps its image until reset_sandbox\n";
 
 /* Readers take turns on stdin (read_lock): the thread that reads a tool call runs it itself
  * (no hand-off to another thread on the call's path) after making sure another reader is
@@ -189,11 +193,16 @@ static void *signal_thread(void *arg)
   _exit(0);
 }
 
+struct mcp_args {
+  struct cli_scope scope;
+  const char *image;
+};
+
 static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
 {
   (void) c;
-  struct cli_scope *s = ctx;
-  *(ch == 't' ? &s->thread : &s->user) = arg;
+  struct mcp_args *a = ctx;
+  *(ch == 't' ? &a->scope.thread : ch == 'u' ? &a->scope.user : &a->image) = arg;
   return 0;
 }
 
@@ -201,9 +210,11 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
 {
   static const struct option opts[] = {{"thread", required_argument, NULL, 't'},
                                        {"user", required_argument, NULL, 'u'},
+                                       {"image", required_argument, NULL, 'I'},
                                        {NULL, 0, NULL, 0}};
-  struct cli_scope scope = {0};
-  int r = cli_parse(c, argc, argv, usage, NULL, opts, "t:u:", on_opt, &scope, 0);
+  struct mcp_args a = {0};
+  int r = cli_parse(c, argc, argv, usage, NULL, opts, "t:u:", on_opt, &a, 0);
+  struct cli_scope scope = a.scope;
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
   /* a bad scope is a usage error now, not a failure at the first tool call */
@@ -217,6 +228,23 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   }
   if ((r = cli_open(c)) != 0)
     return r;
+  /* an image that is not there is a usage error now, not a failure at the first tool call */
+  if (a.image && strcmp(a.image, "host") != 0) {
+    struct sbx_image_rootfs img;
+    if (sbx_image_resolve(c->home, a.image, &img, &err) < 0) {
+      r = cli_usage_error(c, "--image: %s", err->msg);
+      sbx_error_release(&err);
+      return r;
+    }
+    sbx_image_rootfs_free(&img);
+  }
+  /* for this process's sandboxes only (the spares refilled after it are the configured
+   * image's); set before any thread starts, so no lock is needed */
+  char *configured_image = NULL;
+  if (a.image) {
+    configured_image = c->cfg->image;
+    c->cfg->image = xstrdup(a.image);
+  }
   /* signals go to signal_thread only (every thread inherits this mask) */
   sigset_t set;
   sigemptyset(&set);
@@ -225,7 +253,11 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  struct mcp_host host = {.acquire = host_acquire, .release = host_release, .ctx = c};
+  struct mcp_host host = {.acquire = host_acquire,
+                          .release = host_release,
+                          .ctx = c,
+                          .home = c->home,
+                          .image = c->cfg->image};
   static struct stdio io; /* signal_thread may still use it as the process exits */
   io.c = c;
   pthread_mutex_init(&io.out_lock, NULL);
@@ -243,5 +275,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   drain(&io, true);
   pthread_mutex_unlock(&io.lock);
   mcp_session_free(io.s);
+  if (configured_image) {
+    free(c->cfg->image);
+    c->cfg->image = configured_image;
+  }
   return 0;
 }

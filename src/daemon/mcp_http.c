@@ -265,7 +265,11 @@ static enum MHD_Result initialize(struct req *r, struct mcp_msg *m)
   struct hsess *h = xzalloc(sizeof *h);
   sbx_random_hex(h->id, 32);
   h->id[32] = '\0';
-  struct mcp_host host = {.acquire = host_acquire, .release = host_release, .ctx = h};
+  struct mcp_host host = {.acquire = host_acquire,
+                          .release = host_release,
+                          .ctx = h,
+                          .home = sbx_provider_home(srv.p),
+                          .image = srv.cfg->image};
   h->ms = mcp_session_new(&host, user, thread);
   h->refs = 1;
   h->used_ms = sbx_now_ms();

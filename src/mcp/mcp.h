@@ -58,6 +58,10 @@ struct mcp_host {
   /* destroy: reset_sandbox (the next call starts a fresh one); otherwise park it warm */
   void (*release)(void *ctx, sbx_sandbox_t *sb, bool destroy);
   void *ctx;
+  /* list_images: the home whose image store it lists, and the image a sandbox this session
+   * creates is made from (both must outlive the session; NULL: the tool fails) */
+  const char *home;
+  const char *image;
 };
 
 /* Delivers one message (JSON text) to the client. Called from any thread; must be safe. */

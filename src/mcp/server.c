@@ -6,6 +6,7 @@
  * is never released under a running call. A cancelled request's command is killed (SIGKILL to
  * its process group, as a timeout does) and the request gets no response, as the spec asks. */
 #include "mcp.h"
+#include "../lib/image/image.h"
 #include "base64.h"
 
 #include "text.h"
@@ -783,7 +784,50 @@ static json_t *tool_reset(struct ctx *c, json_t *args)
                      false);
 }
 
-enum { OUT_NONE, OUT_EXEC, OUT_GLOB, OUT_GREP };
+/* The image store, as `sbx images` shows it (the same store function), and the image this
+ * session's sandbox is made from when it is created. */
+static json_t *tool_list_images(struct ctx *c, json_t *args)
+{
+  (void) args;
+  const struct mcp_host *h = &c->s->host;
+  if (h->home == NULL)
+    return text_result("Error: this server has no image store", true);
+  struct sbx_image_info *v;
+  size_t n;
+  sbx_error_t err = NULL;
+  if (sbx_image_list(h->home, &v, &n, &err) < 0)
+    return fail_result(&err);
+  const char *image = h->image ? h->image : "host";
+  sbx_buf_t b = {0};
+  sbx_buf_printf(&b,
+                 "New sandboxes of this session are made from: %s\n"
+                 "`host` (the host's /usr, read-only) is always available.\n",
+                 image);
+  if (n == 0)
+    sbx_buf_puts(&b, "No images in the store.");
+  else
+    sbx_buf_printf(&b, "%zu image%s in the store:\n", n, n == 1 ? "" : "s");
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) {
+    sbx_buf_printf(&b, "%zu. %s  %.19s  %.1f MB  created %s  in use by %d\n", i + 1, v[i].name,
+                   v[i].digest, (double) v[i].size / 1e6, *v[i].created ? v[i].created : "-",
+                   v[i].in_use);
+    json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:s,s:f,s:i}", "name", v[i].name, "digest",
+                                       v[i].digest, "size", (json_int_t) v[i].size, "created",
+                                       v[i].created, "imported", v[i].imported, "in_use",
+                                       v[i].in_use));
+  }
+  sbx_image_info_free(v, n);
+  if (b.len && b.data[b.len - 1] == '\n')
+    b.data[--b.len] = '\0';
+  cleanup_free char *t = sbx_buf_steal(&b);
+  json_t *res = text_result(t, false);
+  json_object_set_new(res, "structuredContent",
+                      json_pack("{s:o,s:s}", "images", a, "sandbox_image", image));
+  return res;
+}
+
+enum { OUT_NONE, OUT_EXEC, OUT_GLOB, OUT_GREP, OUT_IMAGES };
 
 static const struct tool {
   const char *name, *title, *description;
@@ -837,6 +881,12 @@ static const struct tool {
      "Destroy the sandbox: every process, and every file outside /mnt/user-data (the thread's "
      "workspace, uploads and outputs are kept). The next call starts a fresh sandbox.",
      OUT_NONE, false, true, false, false, no_args, tool_reset},
+    {"list_images", "List the sandbox images",
+     "List the images sandboxes can be made from: each image of the store with its name, "
+     "manifest digest, size in bytes (compressed layers), creation time and how many sandboxes "
+     "use it, and which image this session's sandbox is made from when it is (re)created. The "
+     "image is chosen by whoever configures this server, not by a tool.",
+     OUT_IMAGES, true, false, true, false, no_args, tool_list_images},
 };
 
 static json_t *input_schema(const struct arg_spec *spec)
@@ -879,6 +929,15 @@ static json_t *output_schema(int kind)
                      "object", "properties", "path", "type", "string", "line_number", "type",
                      "integer", "line", "type", "string", "required", "path", "line_number", "line",
                      "truncated", "type", "boolean", "required", "matches", "truncated");
+  case OUT_IMAGES:
+    return json_pack("{s:s,s:{s:{s:s,s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s,s:i},s:{s:s},s:{s:s},s:{s:"
+                     "s,s:i}},s:[s,s,s,s,s,s]}},s:{s:s}},s:[s,s]}",
+                     "type", "object", "properties", "images", "type", "array", "items", "type",
+                     "object", "properties", "name", "type", "string", "digest", "type", "string",
+                     "size", "type", "integer", "minimum", 0, "created", "type", "string",
+                     "imported", "type", "number", "in_use", "type", "integer", "minimum", 0,
+                     "required", "name", "digest", "size", "created", "imported", "in_use",
+                     "sandbox_image", "type", "string", "required", "images", "sandbox_image");
   default:
     return NULL;
   }

@@ -2,9 +2,27 @@
 // and on error (the contract's texts), resources, progress, cancellation, scopes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import Ajv from "ajv";
 
-import { call, sleep, text, withServer } from "./helpers.mjs";
+import { SBX, call, sleep, tempHome, cleanHome, text, withServer } from "./helpers.mjs";
+
+const MKIMAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../images/mkimage.py");
+
+// A busybox image built offline (tests/images/mkimage.py) and imported into home's store.
+function importImage(home, name) {
+  const tar = path.join(home, "image.tar");
+  let r = spawnSync("python3", [MKIMAGE, "--name", name, tar], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  r = spawnSync(SBX, ["--home", home, "image", "import", tar], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), name);
+}
+// The host image has the host's /usr (with /usr/bin/env); the busybox image has an empty one.
+const WHICH_ROOT = "test -e /usr/bin/env && echo host || echo image";
 
 const W = "/mnt/user-data/workspace";
 const TOOLS = [
@@ -13,6 +31,7 @@ const TOOLS = [
   "glob",
   "grep",
   "list_dir",
+  "list_images",
   "read_file",
   "release_sandbox",
   "reset_sandbox",
@@ -262,4 +281,69 @@ for (const kind of ["stdio", "http"]) {
       assert.equal(text(r), "kept");
     });
   });
+
+  test(`${kind}: list_images shows the store; the session's sandbox is made from its image`, async () => {
+    await withServer(kind, async (open, { server, home }) => {
+      home = home || server.home;
+      const c = await open({ args: ["-t", "noimg"], headers: { "Sbx-Thread": "noimg" } });
+      let r = await call(c, "list_images");
+      assert.equal(r.isError, false);
+      assert.deepEqual(r.structuredContent, { images: [], sandbox_image: "host" });
+      assert.match(text(r), /^New sandboxes of this session are made from: host\n.*\nNo images in the store\.$/s);
+      importImage(home, "bb:1");
+      r = await call(c, "list_images");
+      assert.equal(r.isError, false);
+      const [img, ...more] = r.structuredContent.images;
+      assert.deepEqual(more, []);
+      assert.equal(img.name, "bb:1");
+      assert.match(img.digest, /^sha256:[0-9a-f]{64}$/);
+      assert.ok(img.size > 100000, `size ${img.size}`);
+      assert.equal(img.created, "2024-01-02T03:04:05Z");
+      assert.ok(Math.abs(img.imported - Date.now() / 1000) < 600);
+      assert.equal(img.in_use, 0);
+      assert.match(text(r), new RegExp(`^1 image in the store:\n1\\. bb:1  ${img.digest.slice(0, 19)}  .* MB  created 2024-01-02T03:04:05Z  in use by 0$`, "m"));
+      // what `sbx images --json` shows, from the same store
+      const cli = spawnSync(SBX, ["--home", home, "images", "--json"], { encoding: "utf8" });
+      assert.equal(cli.status, 0, cli.stderr);
+      assert.deepEqual(JSON.parse(cli.stdout).images, r.structuredContent.images);
+      // the positive control: without --image the session's sandbox is the configured one (host)
+      r = await call(c, "execute_command", { command: WHICH_ROOT });
+      assert.equal(text(r), "host\n");
+      if (kind === "stdio") {
+        const b = await open({ args: ["-t", "withimg", "--image", "bb:1"] });
+        r = await call(b, "list_images");
+        assert.equal(r.structuredContent.sandbox_image, "bb:1");
+        assert.match(text(r), /^New sandboxes of this session are made from: bb:1\n/);
+        r = await call(b, "execute_command", { command: WHICH_ROOT });
+        assert.equal(text(r), "image\n");
+        r = await call(b, "list_images");
+        assert.equal(r.structuredContent.images[0].in_use, 1);
+        // a fresh sandbox after reset_sandbox is made from the image again
+        await call(b, "reset_sandbox");
+        r = await call(b, "execute_command", { command: WHICH_ROOT });
+        assert.equal(text(r), "image\n");
+      }
+      // a damaged store is a tool error naming the file
+      writeFileSync(path.join(home, "images", "index.json"), "{bad");
+      r = await call(c, "list_images");
+      assert.equal(r.isError, true);
+      assert.match(text(r), /^Error: `.*\/images\/index\.json` is damaged/);
+    });
+  });
 }
+
+test("stdio: sbx mcp --image refuses an image that is not in the store", async () => {
+  const home = tempHome();
+  try {
+    const r = spawnSync(SBX, ["--home", home, "mcp", "--image", "nope:1"], { input: "", encoding: "utf8" });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /--image: image `nope:1` is not in the store/);
+    assert.equal(r.stdout, "");
+    // the positive control: an image that is there is accepted (the server starts, stdin ends)
+    importImage(home, "bb:1");
+    const ok = spawnSync(SBX, ["--home", home, "mcp", "--image", "bb:1"], { input: "", encoding: "utf8" });
+    assert.equal(ok.status, 0, ok.stderr);
+  } finally {
+    cleanHome(home);
+  }
+});
