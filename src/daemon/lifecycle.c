@@ -4,6 +4,7 @@
  * runtime errors carry the DOCKER:: codes. */
 #include "sbxd.h"
 #include "../lib/image/image.h"
+#include "../lib/image/registry.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -538,18 +539,22 @@ static int volumes_verify(const char *id, const struct volumes *vs, char **why)
 
 /* ---- create ---- */
 
-static const char *resolve_image(const char *uri)
+static const char *resolve_image(const char *uri, json_t *auth, char **why)
 {
   if (strcmp(uri, "host") == 0)
     return "host";
   for (size_t i = 0; i < g.cfg->n_images; i++)
     if (strcmp(g.cfg->images[i].name, uri) == 0)
       return g.cfg->images[i].target;
-  /* an image of the store (sbx image import) */
-  struct sbx_image_rootfs img;
-  if (sbx_image_resolve(sbx_provider_home(g.p), uri, &img, NULL) < 0)
+  /* an image of the store (sbx image import), else a reference pulled now with image.auth */
+  struct sbx_pull_opts po = {.username = json_string_value(json_object_get(auth, "username")),
+                             .password = json_string_value(json_object_get(auth, "password"))};
+  sbx_error_t err = NULL;
+  if (sbx_image_ensure(sbx_provider_home(g.p), uri, &po, &err) < 0) {
+    *why = xstrdup(err->msg);
+    sbx_error_release(&err);
     return NULL;
-  sbx_image_rootfs_free(&img);
+  }
   return uri;
 }
 
@@ -643,6 +648,7 @@ static enum MHD_Result h_create(struct req *r)
   unsigned status = 400;
   const char *uri = image ? json_string_value(json_object_get(image, "uri")) : NULL;
   const char *target = NULL;
+  char *pull_why = NULL;
   if (snap) {
     code = NOT_SUPPORTED;
     msg = xstrdup("Snapshots are not supported by sbxd.");
@@ -655,7 +661,7 @@ static enum MHD_Result h_create(struct req *r)
                     (long long) g.cfg->max_sandbox_timeout);
   } else if (md && (code = metadata_error(md, &msg)) != NULL) {
     /* message set */
-  } else if ((target = resolve_image(uri)) == NULL) {
+  } else if ((target = resolve_image(uri, json_object_get(image, "auth"), &pull_why)) == NULL) {
     code = "SANDBOX::IMAGE_NOT_FOUND";
     sbx_buf_t known = {0};
     sbx_buf_puts(&known, "host");
@@ -663,8 +669,9 @@ static enum MHD_Result h_create(struct req *r)
       sbx_buf_printf(&known, ", %s", g.cfg->images[i].name);
     msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); import it with "
                     "`sbx image import` (sbx images lists them) or declare an alias under "
-                    "sbxd.images in the configuration.",
-                    uri, known.data);
+                    "sbxd.images in the configuration (%s).",
+                    uri, known.data, pull_why ? pull_why : "not found");
+    free(pull_why);
     sbx_buf_free(&known);
   } else if (platform) {
     const char *os = json_string_value(json_object_get(platform, "os"));
@@ -804,7 +811,7 @@ static enum MHD_Result h_create(struct req *r)
     box_put(b);
     json_decref(body);
     ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH", "%s", why);
-    free(why);
+    free(pull_why);
     return ret;
   }
   size_t n_volumes = vs.n;

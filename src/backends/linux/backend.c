@@ -6,6 +6,7 @@
 #include "proto.h"
 #include "../../lib/internal.h"
 #include "../../lib/image/image.h"
+#include "../../lib/image/registry.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -121,7 +122,9 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
     return 0;
   cleanup_free char *home = store_home(in);
   struct sbx_image_rootfs r;
-  if (sbx_image_resolve(home, s->image, &r, err) < 0)
+  /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
+  if (sbx_image_ensure(home, s->image, NULL, err) < 0 ||
+      sbx_image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};
   for (size_t i = 0; i < r.layers.n; i++) {

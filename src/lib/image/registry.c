@@ -477,7 +477,8 @@ static bool retryable(CURLcode rc, long status)
 {
   if (rc != CURLE_OK)
     return rc != CURLE_UNSUPPORTED_PROTOCOL && rc != CURLE_URL_MALFORMAT &&
-           rc != CURLE_TOO_MANY_REDIRECTS && rc != CURLE_WRITE_ERROR;
+           rc != CURLE_TOO_MANY_REDIRECTS && rc != CURLE_WRITE_ERROR &&
+           rc != CURLE_COULDNT_RESOLVE_HOST;
   return status == 429 || status >= 500;
 }
 
@@ -1076,5 +1077,7 @@ int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_o
   sbx_ref_free(&ref);
   sbx_error_release(&e);
   sbx_log(SBX_LOG_INFO, "image %s is not in the store: pulling it", name);
-  return sbx_image_pull(home, name, o, NULL, err);
+  if (sbx_image_pull(home, name, o, NULL, err) < 0)
+    return sbx_error_wrap(err, "image `%s` is not in the store, and pulling it failed", name);
+  return 0;
 }
