@@ -108,6 +108,10 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
   if (s == NULL || *s == '\0')
     return sbx_make_error(err, 0, SBX_E_INVALID, "empty image reference");
   size_t len = strlen(s);
+  for (const char *c = s; *c; c++)
+    if ((unsigned char) *c <= 0x20 || (unsigned char) *c >= 0x7f)
+      return sbx_make_error(err, 0, SBX_E_INVALID,
+                            "image reference has a space, a control or a non-ASCII character");
   if (len > SBX_REF_NAME_MAX + 1 + 128 + 1 + 7 + SBX_DIGEST_HEX)
     return sbx_make_error(err, 0, SBX_E_INVALID, "image reference is too long (%zu bytes)", len);
   cleanup_free char *name = xstrdup(s);
