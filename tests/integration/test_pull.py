@@ -1,7 +1,8 @@
 """Pull from registries (docs/images.md, "Pull"): a real registry on loopback (Debian's
 docker-registry, distribution v2) started here with a config written here, filled by skopeo from
 OCI layouts built here (tests/images/mkimage.py); a token server and a fault proxy in this file.
-Nothing leaves 127.0.0.1."""
+Nothing leaves 127.0.0.1 (the suites run with SBX_PULL=never, so a name another test expects
+to be missing is never looked up on Docker Hub; the implicit pulls here turn it back on)."""
 import base64
 import crypt
 import gzip
@@ -628,7 +629,8 @@ def test_progress_on_a_terminal(sbx, registry, tmp_path):
     assert b"MB/s" in out or b"kB/s" in out
 
 
-def test_implicit_pull_on_first_use(sbx, registry, tmp_path):
+def test_implicit_pull_on_first_use(sbx, registry, tmp_path, monkeypatch):
+    monkeypatch.delenv("SBX_PULL", raising=False)
     reg = registry()
     lay = layout(tmp_path, "bb", [mkimage.busybox_layer(), hello_layer(b"implicit\n")])
     reg.push(lay, "test/bb:1")
@@ -649,3 +651,7 @@ def test_implicit_pull_on_first_use(sbx, registry, tmp_path):
     s2 = type(sbx)(sbx.home, str(cfg))
     j = json.loads(s2.run("exec", "-t", "c", "--json", "--", "cat /hello", check=0).stdout)
     assert j["stdout"] == "implicit\n"
+    s2.ok("rm", "-t", "c")
+    sbx.ok("rmi", ref)
+    p = s2.run("exec", "-t", "d", "--", "true", env={"SBX_PULL": "never"}, check=1)
+    assert b"SBX_PULL=never: image `%s` is not in the store" % ref.encode() in p.stderr, p.stderr

@@ -171,9 +171,16 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
       break;
     p = e + 1;
   }
-  out->path = strcmp(domain, "docker.io") == 0 && strchr(path, '/') == NULL
-                  ? xasprintf("library/%s", path)
-                  : xstrdup(path);
+  char *full = strcmp(domain, "docker.io") == 0 && strchr(path, '/') == NULL
+                   ? xasprintf("library/%s", path)
+                   : xstrdup(path);
+  if (strlen(domain) + 1 + strlen(full) > SBX_REF_NAME_MAX) {
+    free(full);
+    return sbx_make_error(err, 0, SBX_E_INVALID,
+                          "image reference `%s`: the name with its registry is longer than %d", s,
+                          SBX_REF_NAME_MAX);
+  }
+  out->path = full;
   out->domain = domain;
   domain = NULL;
   out->tag = tag ? xstrdup(tag) : digest ? NULL : xstrdup("latest");
