@@ -655,3 +655,32 @@ def test_implicit_pull_on_first_use(sbx, registry, tmp_path, monkeypatch):
     sbx.ok("rmi", ref)
     p = s2.run("exec", "-t", "d", "--", "true", env={"SBX_PULL": "never"}, check=1)
     assert b"SBX_PULL=never: image `%s` is not in the store" % ref.encode() in p.stderr, p.stderr
+
+
+from test_sbxd_http import sbxd  # noqa: E402,F401  (the fixture)
+
+
+def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypatch):
+    monkeypatch.delenv("SBX_PULL", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.docker/config.json of the host
+    hp = str(tmp_path / "htpasswd")
+    htpasswd(hp, "alice", "s3cret")
+    reg = registry(auth={"htpasswd": {"realm": "test", "path": hp}})
+    lay = layout(tmp_path, "bb", [mkimage.busybox_layer(), hello_layer(b"from sbxd\n")])
+    reg.push(lay, "priv/bb:1", creds="alice:s3cret")
+    ref = reg.host + "/priv/bb:1"
+    s = sbxd(home=tmp_path / "home")
+    body = {"image": {"uri": ref}, "entrypoint": ["sleep", "1000"],
+            "resourceLimits": {"cpu": "1", "memory": "1Gi"}, "timeout": 600}
+    r = s.req("POST", "/v1/sandboxes", body)
+    assert r.status == 400 and "asks for a user name and password" in r.error()[1], r.error()
+    body["image"]["auth"] = {"username": "alice", "password": "s3cret"}
+    sb = s.create(**body)
+    out, last = sb.run("cat /hello")
+    assert [l.strip() for l in out] == ["from sbxd"], (out, last)
+    assert s.req("DELETE", "/v1/sandboxes/%s" % sb.id).status == 204
+    for root, _, files in os.walk(str(tmp_path / "home")):
+        for f in files:
+            p = os.path.join(root, f)
+            if os.path.isfile(p) and not os.path.islink(p):
+                assert b"s3cret" not in open(p, "rb").read(), p
