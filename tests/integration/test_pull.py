@@ -679,6 +679,10 @@ def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypa
     out, last = sb.run("cat /hello")
     assert [l.strip() for l in out] == ["from sbxd"], (out, last)
     assert s.req("DELETE", "/v1/sandboxes/%s" % sb.id).status == 204
+    # the pull's progress is in sbxd's JSON log; the password is not
+    msgs = [json.dumps(r) for r in s.logs]
+    assert any("fetched" in m and "verified" in m and ref in m for m in msgs), msgs[-20:]
+    assert not any("s3cret" in m for m in msgs)
     for root, _, files in os.walk(str(tmp_path / "home")):
         for f in files:
             p = os.path.join(root, f)

@@ -1055,6 +1055,29 @@ int sbx_image_pull(const char *home, const char *refstr, const struct sbx_pull_o
   return r;
 }
 
+/* The implicit pull's progress, through the front-end's log handler (sbxd: its JSON log). */
+static void log_progress(void *ctx, const struct sbx_pull_event *ev)
+{
+  const char *ref = ctx;
+  switch (ev->state) {
+  case SBX_PULL_RESOLVED:
+    sbx_log(SBX_LOG_INFO, "pull %s: manifest %s", ref, ev->digest);
+    break;
+  case SBX_PULL_CACHED:
+    sbx_log(SBX_LOG_INFO, "pull %s: %s already in the store", ref, ev->digest);
+    break;
+  case SBX_PULL_DONE:
+    sbx_log(SBX_LOG_INFO, "pull %s: %s fetched (%llu bytes), verified", ref, ev->digest,
+            (unsigned long long) ev->total);
+    break;
+  case SBX_PULL_IMPORT:
+    sbx_log(SBX_LOG_INFO, "pull %s: importing", ref);
+    break;
+  default:
+    break;
+  }
+}
+
 int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
                      sbx_error_t *err)
 {
@@ -1087,7 +1110,14 @@ int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_o
   }
   sbx_error_release(&e);
   sbx_log(SBX_LOG_INFO, "image %s is not in the store: pulling it", name);
-  if (sbx_image_pull(home, name, o, NULL, err) < 0)
+  struct sbx_pull_opts lo = {0};
+  if (o)
+    lo = *o;
+  if (lo.progress == NULL) {
+    lo.progress = log_progress;
+    lo.progress_ctx = (void *) name;
+  }
+  if (sbx_image_pull(home, name, &lo, NULL, err) < 0)
     return sbx_error_wrap(err, "image `%s` is not in the store, and pulling it failed", name);
   return 0;
 }
