@@ -24,8 +24,12 @@ static const char usage_pull[] =
     "  --auth-file FILE     a Docker-style {\"auths\": ...} file (default: $REGISTRY_AUTH_FILE,\n"
     "                       else $DOCKER_CONFIG/config.json, else ~/.docker/config.json)\n"
     "  --username USER      with --password-stdin: the password is read from stdin\n"
-    "  --mirror M           try registry M first (for docker.io; DOMAIN=M for another)\n"
-    "  --insecure H         speak plain http to H (loopback registries always are)\n"
+    "                       (else sandbox.registries.HOST.username/password, else the\n"
+    "                       auths file)\n"
+    "  --mirror M           try registry M first (for docker.io; DOMAIN=M for another);\n"
+    "                       replaces sandbox.registry_mirrors\n"
+    "  --insecure H         speak plain http to H (loopback registries always are; also\n"
+    "                       sandbox.registries.H.insecure)\n"
     "  --max-size MIB       refuse an image or layer larger than this (default:\n"
     "                       sandbox.image_layer_max_mib, 16384)\n"
     "  --max-entries N      refuse a layer with more entries (default 1000000)\n"
@@ -227,10 +231,17 @@ int cmd_pull(struct cli *c, int argc, char **argv)
     r = cli_open(c);
   char *password = NULL;
   if (r == 0) {
+    struct sbx_pull_opts conf = {0};
+    sbx_pull_opts_from_config(c->cfg, &conf);
+    a->o.registries = conf.registries;
+    a->o.n_registries = conf.n_registries;
     if (a->o.limits.max_bytes == 0)
-      a->o.limits.max_bytes = c->cfg->image_layer_max_mib << 20;
+      a->o.limits.max_bytes = conf.limits.max_bytes;
     if (a->o.limits.max_entries == 0)
-      a->o.limits.max_entries = c->cfg->image_layer_max_entries;
+      a->o.limits.max_entries = conf.limits.max_entries;
+    bool given = a->mirrors.n > 0; /* --mirror replaces the configured ones */
+    for (size_t i = 0; !given && i < conf.n_mirrors; i++)
+      sbx_strv_push(&a->mirrors, conf.mirrors[i]);
     if (a->user) {
       password = read_password();
       a->o.username = a->user;

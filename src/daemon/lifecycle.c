@@ -547,8 +547,10 @@ static const char *resolve_image(const char *uri, json_t *auth, char **why)
     if (strcmp(g.cfg->images[i].name, uri) == 0)
       return g.cfg->images[i].target;
   /* an image of the store (sbx image import), else a reference pulled now with image.auth */
-  struct sbx_pull_opts po = {.username = json_string_value(json_object_get(auth, "username")),
-                             .password = json_string_value(json_object_get(auth, "password"))};
+  struct sbx_pull_opts po = {0};
+  sbx_pull_opts_from_config(g.cfg, &po);
+  po.username = json_string_value(json_object_get(auth, "username"));
+  po.password = json_string_value(json_object_get(auth, "password"));
   sbx_error_t err = NULL;
   if (sbx_image_ensure(sbx_provider_home(g.p), uri, &po, &err) < 0) {
     *why = xstrdup(err->msg);

@@ -688,3 +688,42 @@ def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypa
             p = os.path.join(root, f)
             if os.path.isfile(p) and not os.path.islink(p):
                 assert b"s3cret" not in open(p, "rb").read(), p
+
+
+def test_config_registries_and_mirrors(make_sbx, registry, tmp_path, monkeypatch):
+    monkeypatch.delenv("SBX_PULL", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SBX_TEST_REG_PW", "s3cret")
+    hp = str(tmp_path / "htpasswd")
+    htpasswd(hp, "alice", "s3cret")
+    reg = registry(auth={"htpasswd": {"realm": "test", "path": hp}})
+    mirror = registry()
+    lay = layout(tmp_path, "bb", [mkimage.busybox_layer(), hello_layer(b"configured\n")])
+    reg.push(lay, "priv/bb:1", creds="alice:s3cret")
+    reg.push(lay, "priv/bb:2", creds="alice:s3cret")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sandbox:\n  registries:\n    \"%s\":\n      username: alice\n"
+                   "      password: $SBX_TEST_REG_PW\n  registry_mirrors:\n    - \"%s=%s\"\n"
+                   % (reg.host, reg.host, mirror.host))
+    s = make_sbx(config=str(cfg))
+    shown = s.ok("config", "show")
+    assert "registries:" in shown and "alice" in shown and "s3cret" not in shown, shown
+    assert "%s=%s" % (reg.host, mirror.host) in shown
+    ref = reg.host + "/priv/bb:1"
+    assert s.ok("pull", "-q", ref) == ref + "\n"  # the mirror misses, the origin with config creds
+    # the implicit pull uses them too
+    j = json.loads(s.run("exec", "-t", "c", "--image", reg.host + "/priv/bb:2", "--json", "--",
+                         "cat /hello", check=0).stdout)
+    assert j["stdout"] == "configured\n"
+    # then the mirror has it and the origin is gone
+    mirror.push(lay, "priv/bb:1")
+    reg.stop()
+    s.ok("rmi", ref)
+    assert s.ok("pull", "-q", ref) == ref + "\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sandbox:\n  registries:\n    \"x.io\":\n      username: a\n")
+    p = make_sbx(config=str(bad)).run("pull", "x.io/a")
+    assert p.returncode != 0 and b"username and password go together" in p.stderr, p.stderr
+    bad.write_text("sandbox:\n  registry_mirrors: [\"http://m/x\"]\n")
+    p = make_sbx(config=str(bad)).run("pull", "x.io/a")
+    assert p.returncode != 0 and b"registry_mirrors[0]" in p.stderr, p.stderr

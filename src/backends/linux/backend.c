@@ -123,7 +123,9 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   cleanup_free char *home = store_home(in);
   struct sbx_image_rootfs r;
   /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
-  if (sbx_image_ensure(home, s->image, NULL, err) < 0 ||
+  struct sbx_pull_opts po = {0};
+  sbx_pull_opts_from_config(in->cfg, &po);
+  if (sbx_image_ensure(home, s->image, &po, err) < 0 ||
       sbx_image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};

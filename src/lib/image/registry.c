@@ -114,6 +114,24 @@ static bool listed(const char *const *v, size_t n, const char *s)
   return false;
 }
 
+static const struct sbx_registry *configured(const struct sbx_pull_opts *o, const char *domain)
+{
+  for (size_t i = 0; o && i < o->n_registries; i++)
+    if (strcmp(o->registries[i].host, domain) == 0)
+      return &o->registries[i];
+  return NULL;
+}
+
+void sbx_pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o)
+{
+  o->registries = cfg->registries;
+  o->n_registries = cfg->n_registries;
+  o->mirrors = (const char *const *) cfg->registry_mirrors;
+  o->n_mirrors = cfg->n_registry_mirrors;
+  o->limits.max_bytes = cfg->image_layer_max_mib << 20;
+  o->limits.max_entries = cfg->image_layer_max_entries;
+}
+
 static void endpoint_init(struct endpoint *ep, const struct sbx_pull_opts *o, const char *domain,
                           const char *repo)
 {
@@ -122,7 +140,9 @@ static void endpoint_init(struct endpoint *ep, const struct sbx_pull_opts *o, co
   ep->domain = xstrdup(domain);
   ep->repo = xstrdup(repo);
   const char *host = strcmp(domain, "docker.io") == 0 ? "registry-1.docker.io" : domain;
-  bool http = loopback(domain) || (o && listed(o->insecure, o->n_insecure, domain));
+  const struct sbx_registry *cr = configured(o, domain);
+  bool http =
+      loopback(domain) || (o && listed(o->insecure, o->n_insecure, domain)) || (cr && cr->insecure);
   ep->base = xasprintf("%s://%s", http ? "http" : "https", host);
 }
 
@@ -917,6 +937,12 @@ static int credentials(struct endpoint *ep, const struct sbx_pull_opts *o, sbx_e
   if (o && o->username) {
     ep->user = xstrdup(o->username);
     ep->pass = xstrdup(o->password ? o->password : "");
+    return 0;
+  }
+  const struct sbx_registry *cr = configured(o, ep->domain);
+  if (cr && cr->username) {
+    ep->user = xstrdup(cr->username);
+    ep->pass = xstrdup(cr->password);
     return 0;
   }
   return sbx_auth_lookup(o ? o->auth_file : NULL, ep->domain, &ep->user, &ep->pass, err) < 0 ? -1

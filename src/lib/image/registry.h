@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "image.h"
+#include <sbx/config.h>
 
 #define SBX_PULL_MANIFEST_MAX (4u << 20)
 #define SBX_PULL_LAYERS_MAX 256
@@ -40,11 +41,18 @@ struct sbx_pull_opts {
   /* registries spoken to over plain http (loopback ones always are) */
   const char *const *insecure;
   size_t n_insecure;
+  /* sandbox.registries: credentials (when username is NULL) and plain http per registry */
+  const struct sbx_registry *registries;
+  size_t n_registries;
   long stall_s; /* a transfer with no byte for this long fails (and is retried); 0: 60 */
   /* called from the transfer threads, one call at a time */
   void (*progress)(void *ctx, const struct sbx_pull_event *ev);
   void *progress_ctx;
 };
+
+struct sbx_config;
+/* o from the configuration: registries, registry_mirrors, the layer limits. */
+void sbx_pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o);
 
 /* Pulls ref (Docker's grammar) into the store under its normalised name, which *name gets. */
 int sbx_image_pull(const char *home, const char *ref, const struct sbx_pull_opts *o, char **name,
