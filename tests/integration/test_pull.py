@@ -132,6 +132,7 @@ class Proxy:
         self.log = []
         self.cut = {}       # path substring -> [times, bytes]
         self.status = {}    # path substring -> [times, code]
+        self.redirect = {}  # path substring -> Location (a 307)
         self.delay = 0.0
         self.lock = threading.Lock()
         proxy = self
@@ -151,6 +152,13 @@ class Proxy:
                     cut = next((v for k, v in proxy.cut.items() if k in self.path and v[0]), None)
                     if cut:
                         cut[0] -= 1
+                loc = next((v for k, v in proxy.redirect.items() if k in self.path), None)
+                if loc:
+                    self.send_response(307)
+                    self.send_header("Location", loc.replace("{path}", self.path))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if st:
                     body = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}'
                     self.send_response(st[1])
@@ -727,3 +735,23 @@ def test_config_registries_and_mirrors(make_sbx, registry, tmp_path, monkeypatch
     bad.write_text("sandbox:\n  registry_mirrors: [\"http://m/x\"]\n")
     p = make_sbx(config=str(bad)).run("pull", "x.io/a")
     assert p.returncode != 0 and b"registry_mirrors[0]" in p.stderr, p.stderr
+
+
+def test_redirects_followed_over_http_only(sbx, registry, proxy, tmp_path):
+    reg = registry()
+    lay = layout(tmp_path, "bb", [mkimage.busybox_layer(), hello_layer()])
+    reg.push(lay, "test/bb:1")
+    _, m = reg.manifest("test/bb", "1")
+    d = m["layers"][0]["digest"]
+    px = proxy(reg.port)
+    ref = px.host + "/test/bb:1"
+    for loc in ["file:///etc/passwd", "ftp://127.0.0.1:%d/x" % free_port(),
+                "gopher://127.0.0.1/x"]:
+        px.redirect = {d: loc}
+        p = sbx.run("pull", ref, check=1)
+        assert b"blob " + d.encode() in p.stderr and b"registry " + px.host.encode() in p.stderr
+        assert images(sbx) == {}
+    # to the registry's storage (here: the registry itself, on another port): followed
+    px.redirect = {d: "http://%s{path}" % reg.host}
+    assert sbx.ok("pull", "-q", ref) == ref + "\n"
+    assert len(px.gets(d)) == 4
