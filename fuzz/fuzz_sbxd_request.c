@@ -480,6 +480,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   self_pid = getpid();
   verbose = getenv("SBXD_FUZZ_VERBOSE") && strcmp(getenv("SBXD_FUZZ_VERBOSE"), "1") == 0;
   setenv("SBXD_LOG_LEVEL", "error", 0); /* a line per request otherwise */
+  setenv("SBX_PULL", "never", 1); /* an image.uri not in the store is never looked up online */
 #ifdef SBX_FUZZ_INIT
   setenv("SBX_INIT", SBX_FUZZ_INIT, 0);
 #endif

@@ -31,6 +31,13 @@ struct sbx_env_var {
   bool secret; /* came from $VAR: masked by `config show` */
 };
 
+/* sandbox.registries: how to reach one registry (docs/images.md, "Pull"). */
+struct sbx_registry {
+  char *host;                /* "ghcr.io", "10.0.0.5:5000" */
+  char *username, *password; /* NULL when not given; the password may come from $VAR */
+  bool insecure;             /* plain http */
+};
+
 struct sbx_config {
   char *path; /* the file it came from, NULL for defaults */
 
@@ -70,6 +77,12 @@ struct sbx_config {
   char *cgroup_manager;
   bool cgroup_required;
   char *cgroup_slice; /* the systemd manager's slice for sandboxes, default "sbx.slice" */
+  /* image pulls: per-registry credentials and plain http, and mirrors tried first
+   * ("HOST[:PORT]" for docker.io, "DOMAIN=HOST[:PORT]" for another) */
+  struct sbx_registry *registries;
+  size_t n_registries;
+  char **registry_mirrors;
+  size_t n_registry_mirrors;
 
   /* opensandbox backend (seed 000) */
   char *api_key;           /* from the file, or OPEN_SANDBOX_API_KEY; never printed */

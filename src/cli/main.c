@@ -24,6 +24,7 @@ static const struct cli_verb verbs[] = {
     {"image", cmd_image, "import, list, remove or prune images (sbx image --help)"},
     {"images", cmd_images, "list the images of the store"},
     {"rmi", cmd_rmi, "remove images (refused while a sandbox uses one)"},
+    {"pull", cmd_pull, "fetch an image from a registry into the store"},
     {"doctor", cmd_doctor, "say what works on this host and what does not, with fixes"},
 };
 

@@ -6,8 +6,9 @@
 
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *sbx_base64_encode(const unsigned char *d, size_t n)
+char *sbx_base64_encode(const void *data, size_t n)
 {
+  const unsigned char *d = data;
   char *out = xmalloc(((n + 2) / 3) * 4 + 1);
   size_t o = 0;
   for (size_t i = 0; i < n; i += 3) {
@@ -27,7 +28,7 @@ char *sbx_base64_encode(const unsigned char *d, size_t n)
 
 unsigned char *sbx_base64_decode(const char *s, size_t n, size_t *len)
 {
-  unsigned char *out = xmalloc(n / 4 * 3 + 3);
+  unsigned char *out = xmalloc(n / 4 * 3 + 4);
   size_t o = 0;
   uint32_t acc = 0;
   int bits = 0, pad = 0;
@@ -55,6 +56,7 @@ unsigned char *sbx_base64_decode(const char *s, size_t n, size_t *len)
     free(out);
     return NULL;
   }
+  out[o] = '\0';
   *len = o;
   return out;
 }

@@ -8,6 +8,7 @@
 #include "spares.h"
 #include "volumes.h"
 #include "../lib/image/image.h"
+#include "../lib/image/registry.h"
 
 #include <errno.h>
 #include <string.h>
@@ -172,18 +173,24 @@ static const char *host_arch(void)
 
 /* ---- create ---- */
 
-static const char *resolve_image(const char *uri)
+static const char *resolve_image(const char *uri, json_t *auth, char **why)
 {
   if (strcmp(uri, "host") == 0)
     return "host";
   for (size_t i = 0; i < srv.cfg->n_images; i++)
     if (strcmp(srv.cfg->images[i].name, uri) == 0)
       return srv.cfg->images[i].target;
-  /* an image of the store (sbx image import) */
-  struct sbx_image_rootfs img;
-  if (sbx_image_resolve(sbx_provider_home(srv.p), uri, &img, NULL) < 0)
+  /* an image of the store (sbx image import), else a reference pulled now with image.auth */
+  struct sbx_pull_opts po = {0};
+  sbx_pull_opts_from_config(srv.cfg, &po);
+  po.username = json_string_value(json_object_get(auth, "username"));
+  po.password = json_string_value(json_object_get(auth, "password"));
+  sbx_error_t err = NULL;
+  if (sbx_image_ensure(sbx_provider_home(srv.p), uri, &po, &err) < 0) {
+    *why = xstrdup(err->msg);
+    sbx_error_release(&err);
     return NULL;
-  sbx_image_rootfs_free(&img);
+  }
   return uri;
 }
 
@@ -306,15 +313,16 @@ static const char *create_unsupported(struct create *c, char **msg)
   if (c->md && (code = metadata_error(c->md, msg)) != NULL)
     return code;
   c->uri = json_string_value(json_object_get(c->image, "uri"));
-  if ((c->target = resolve_image(c->uri)) == NULL) {
+  cleanup_free char *pull_why = NULL;
+  if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &pull_why)) == NULL) {
     sbx_buf_t known = {0};
     sbx_buf_puts(&known, "host");
     for (size_t i = 0; i < srv.cfg->n_images; i++)
       sbx_buf_printf(&known, ", %s", srv.cfg->images[i].name);
     *msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); import it with "
                      "`sbx image import` (sbx images lists them) or declare an alias under "
-                     "sbxd.images in the configuration.",
-                     c->uri, known.data);
+                     "sbxd.images in the configuration (%s).",
+                     c->uri, known.data, pull_why ? pull_why : "not found");
     sbx_buf_free(&known);
     return "SANDBOX::IMAGE_NOT_FOUND";
   }

@@ -630,6 +630,8 @@ enum ftype {
   F_IMAGES,
   F_CGMANAGER, /* auto | cgroupfs | systemd | none */
   F_SLICE,     /* a systemd slice name */
+  F_REGISTRIES,
+  F_MIRRORS,
 };
 
 struct field {
@@ -670,6 +672,8 @@ static const struct field sandbox_fields[] = {
     {"cgroup_manager", F_CGMANAGER, OFF(cgroup_manager), false, 0, NULL},
     {"cgroup_required", F_BOOL, OFF(cgroup_required), false, 0, NULL},
     {"cgroup_slice", F_SLICE, OFF(cgroup_slice), false, 0, NULL},
+    {"registries", F_REGISTRIES, 0, false, 0, NULL},
+    {"registry_mirrors", F_MIRRORS, 0, false, 0, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
     {"api_key", F_OPTSTR, OFF(api_key), false, 0, NULL},
     {"domain", F_OPTSTR, OFF(domain), false, 0, NULL},
@@ -908,6 +912,75 @@ static int parse_images(const struct vctx *v, struct sbx_config *cfg, const stru
   return 0;
 }
 
+/* sandbox.registries: HOST -> {username, password ($VAR allowed), insecure} */
+static int parse_registries(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
+                            const char *key)
+{
+  if (n->null)
+    return 0;
+  if (n->type != NODE_MAP)
+    return type_error(v, n, key, "a mapping");
+  cfg->registries = xreallocarray(NULL, n->n / 2 + 1, sizeof *cfg->registries);
+  for (size_t i = 0; i + 1 < n->n; i += 2) {
+    const struct node *k = n->kids[i], *val = n->kids[i + 1];
+    if (k->type != NODE_SCALAR)
+      return verr(v, k, key, 0, "keys must be strings");
+    if (k->len == 0 || memchr(k->text, '\0', k->len) != NULL || memchr(k->text, '/', k->len))
+      return verr(v, k, key, 0, "registry names must be HOST[:PORT]");
+    cleanup_free char *ks = show(k->text, k->len);
+    cleanup_free char *rkey = xasprintf("%s.%s", key, ks);
+    if (val->type != NODE_MAP)
+      return type_error(v, val, rkey, "a mapping");
+    struct sbx_registry *r = &cfg->registries[cfg->n_registries++];
+    *r = (struct sbx_registry){.host = xstrndup(k->text, k->len)};
+    for (size_t j = 0; j + 1 < val->n; j += 2) {
+      const struct node *fk = val->kids[j], *fv = val->kids[j + 1];
+      if (fk->type != NODE_SCALAR)
+        return verr(v, fk, rkey, 0, "keys must be strings");
+      cleanup_free char *fks = show(fk->text, fk->len);
+      cleanup_free char *fkey = xasprintf("%s.%s", rkey, fks);
+      int rc;
+      if (text_is(fk, "username"))
+        rc = get_string(v, fv, fkey, &r->username, NULL);
+      else if (text_is(fk, "password"))
+        rc = get_string(v, fv, fkey, &r->password, NULL);
+      else if (text_is(fk, "insecure"))
+        rc = get_bool(v, fv, fkey, &r->insecure);
+      else
+        rc = verr(v, fk, fkey, 0, "unknown key (username, password, insecure)");
+      if (rc < 0)
+        return -1;
+    }
+    if ((r->username == NULL) != (r->password == NULL))
+      return verr(v, val, rkey, 0, "username and password go together");
+  }
+  return 0;
+}
+
+static int parse_mirrors(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
+                         const char *key)
+{
+  if (n->null)
+    return 0;
+  if (n->type != NODE_SEQ)
+    return type_error(v, n, key, "a list");
+  cfg->registry_mirrors = xreallocarray(NULL, n->n + 1, sizeof *cfg->registry_mirrors);
+  for (size_t i = 0; i < n->n; i++) {
+    cleanup_free char *mkey = xasprintf("%s[%zu]", key, i);
+    char *s = NULL;
+    if (get_string(v, n->kids[i], mkey, &s, NULL) < 0)
+      return -1;
+    if (*s == '\0' || strchr(s, '/')) {
+      int r =
+          value_error(v, n->kids[i], mkey, "must be HOST[:PORT] or DOMAIN=HOST[:PORT]", s, false);
+      free(s);
+      return r;
+    }
+    cfg->registry_mirrors[cfg->n_registry_mirrors++] = s;
+  }
+  return 0;
+}
+
 static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struct field *f,
                        const struct node *n, const char *key)
 {
@@ -989,6 +1062,10 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
     return parse_roots(v, cfg, n, key);
   case F_IMAGES:
     return parse_images(v, cfg, n, key);
+  case F_REGISTRIES:
+    return parse_registries(v, cfg, n, key);
+  case F_MIRRORS:
+    return parse_mirrors(v, cfg, n, key);
   default:
     return verr(v, n, key, 0, "internal error: unhandled field type");
   }
@@ -1121,6 +1198,17 @@ void sbx_config_free(struct sbx_config *cfg)
     free(cfg->images[i].target);
   }
   free(cfg->images);
+  for (size_t i = 0; i < cfg->n_registries; i++) {
+    free(cfg->registries[i].host);
+    free(cfg->registries[i].username);
+    if (cfg->registries[i].password)
+      explicit_bzero(cfg->registries[i].password, strlen(cfg->registries[i].password));
+    free(cfg->registries[i].password);
+  }
+  free(cfg->registries);
+  for (size_t i = 0; i < cfg->n_registry_mirrors; i++)
+    free(cfg->registry_mirrors[i]);
+  free(cfg->registry_mirrors);
   free(cfg);
 }
 
@@ -1322,6 +1410,24 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
   sbx_buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
   put_str(&b, in, "cgroup_slice", cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice");
+  sbx_buf_puts(&b, cfg->n_registries ? "  registries:\n" : "  registries: {}\n");
+  for (size_t i = 0; i < cfg->n_registries; i++) {
+    const struct sbx_registry *r = &cfg->registries[i];
+    sbx_buf_puts(&b, "    ");
+    put_quoted(&b, r->host);
+    sbx_buf_printf(&b, ":\n      insecure: %s\n", r->insecure ? "true" : "false");
+    if (r->username) {
+      sbx_buf_puts(&b, "      username: ");
+      put_quoted(&b, r->username);
+      sbx_buf_puts(&b, "\n      password: " MASK "\n");
+    }
+  }
+  sbx_buf_puts(&b, cfg->n_registry_mirrors ? "  registry_mirrors:\n" : "  registry_mirrors: []\n");
+  for (size_t i = 0; i < cfg->n_registry_mirrors; i++) {
+    sbx_buf_puts(&b, "    - ");
+    put_quoted(&b, cfg->registry_mirrors[i]);
+    sbx_buf_putc(&b, '\n');
+  }
   if (cfg->api_key != NULL)
     sbx_buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);

@@ -11,6 +11,9 @@ import pytest
 SOURCE = os.environ.get("SBX_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SBX_BUILD") or os.path.join(SOURCE, "build")
 SBX = os.path.join(BUILD, "sbx")
+# no implicit pull from a real registry: a test expecting an image to be missing must not find
+# it on Docker Hub (test_pull.py turns pulls back on for its loopback registries)
+os.environ.setdefault("SBX_PULL", "never")
 
 
 class Sbx:

@@ -83,9 +83,11 @@ check 0 "sbx mcp" "${S[@]}" mcp -t m
 mv "$W/in.keep" "$W/in"
 check 0 "sbx rm" "${S[@]}" rm -t m
 check 2 "sbx (usage error)" "${S[@]}" exec -- true
+check 1 "sbx pull (bad reference)" "${S[@]}" pull 'Bad/Ref'
+check 1 "sbx pull (nothing listening)" "${S[@]}" pull 127.0.0.1:1/x:1
 printf 'sandbox:\n  replicas: -1\n' >"$W/bad.yaml"
 check 1 "sbx config check (bad)" "${S[@]}" --config "$W/bad.yaml" config check
-printf 'sandbox:\n  environment:\n    TOKEN: $HOME\n' >"$W/good.yaml"
+printf 'sandbox:\n  environment:\n    TOKEN: $HOME\n  registries:\n    x.io: {username: u, password: $HOME}\n  registry_mirrors: [m.io]\n' >"$W/good.yaml"
 check 0 "sbx config show" "${S[@]}" --config "$W/good.yaml" config show
 check 0 "sbx down" "${S[@]}" down
 

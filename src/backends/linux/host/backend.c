@@ -7,6 +7,7 @@
 #include "log.h"
 #include "proto.h"
 #include "../../../lib/image/image.h"
+#include "../../../lib/image/registry.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -142,7 +143,11 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
     return 0;
   cleanup_free char *home = store_home(in);
   struct sbx_image_rootfs r;
-  if (sbx_image_resolve(home, s->image, &r, err) < 0)
+  /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
+  struct sbx_pull_opts po = {0};
+  sbx_pull_opts_from_config(in->cfg, &po);
+  if (sbx_image_ensure(home, s->image, &po, err) < 0 ||
+      sbx_image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};
   for (size_t i = 0; i < r.layers.n; i++) {
