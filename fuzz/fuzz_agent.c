@@ -15,6 +15,7 @@
  * file beside the scratch root, and the scratch root's parent, never change.
  *
  * Run: fuzz/run.sh, or build-fuzz/fuzz/fuzz_agent fuzz/corpus/agent */
+#include "../src/agent/reply.c"
 #include "../src/agent/server.c"
 #include "../src/agent/exec.c"
 #include "../src/agent/files.c"

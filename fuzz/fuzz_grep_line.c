@@ -1,9 +1,10 @@
-/* libFuzzer target for grep's line handling (src/common/search.c): sbx_grep_summarize_line,
+/* libFuzzer target for grep's line handling (src/common/grep_pattern.c, whose contract it is,
+ * and grep.c): sbx_grep_summarize_line,
  * sbx_grep_pattern_new / sbx_grep_pattern_match, and sbx_search_grep over a memfd.
  *
  * Input: one flag byte (bit 0 literal, bit 1 case-sensitive), the pattern up to the first NUL
  * (at most 32 bytes), then the text (may hold '\n', '\r', NULs and ill-formed UTF-8).
- * Oracles, all written independently of search.c:
+ * Oracles, all written independently of grep_pattern.c and grep.c:
  * - the summary equals a table-driven UTF-8 decode with U+FFFD per maximal ill-formed
  *   subpart, minus a trailing '\r', cut to 197 code points + "..." past 200, NULL past 2000;
  * - a bad regex fails with SBX_E_INVALID naming the pattern, and only if regcomp rejects it
@@ -15,7 +16,8 @@
  * - grep over the whole text reports exactly the matching lines, with 1-based numbers.
  *
  * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc/common \
- *          fuzz/fuzz_grep_line.c src/common/search.c src/common/util.c src/common/error.c
+ *          fuzz/fuzz_grep_line.c src/common/{grep,grep_pattern,walk,pathmatch,ignore,text}.c \
+ *          src/common/util.c src/common/error.c
  * Run:   ./a.out -timeout=10 fuzz/corpus/grep_line */
 #include <locale.h>
 #include <regex.h>
@@ -179,7 +181,7 @@ static bool ref_match(const char *pattern, bool literal, bool cs, const char *cl
 }
 
 /* glibc's regcomp can take seconds on a quantified group or stacked quantifiers ("()++++",
- * which search.c rewrites before compiling): the reference does not compile those. */
+ * which grep_pattern.c rewrites before compiling): the reference does not compile those. */
 static bool ref_can_compile(const char *pattern)
 {
   for (const char *s = pattern; *s; s++)

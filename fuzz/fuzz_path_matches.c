@@ -1,4 +1,5 @@
-/* libFuzzer target for sbx_path_matches and the ignore checks (src/common/search.c).
+/* libFuzzer target for sbx_path_matches and the ignore checks (src/common/pathmatch.c,
+ * ignore.c).
  *
  * Input: pattern, a NUL byte, then the path (cut at its next NUL). Besides crashes, sanitizer
  * reports and time-outs (the "**" matcher must stay polynomial), it checks the contract:
@@ -9,7 +10,8 @@
  *   over the 50 DeerFlow patterns.
  *
  * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc/common \
- *          fuzz/fuzz_path_matches.c src/common/search.c src/common/util.c src/common/error.c
+ *          fuzz/fuzz_path_matches.c src/common/{pathmatch,ignore,text}.c src/common/util.c \
+ *          src/common/error.c
  * Run:   ./a.out fuzz/corpus/path_matches */
 #include <fnmatch.h>
 #include <stdbool.h>

@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (sbxd_parse_i64(s, &dec) && sbxd_mode_from_decimal(dec, &mode) == 0 &&
       sbxd_mode_to_decimal(mode) != (unsigned) dec)
     abort();
-  char *q = sbxd_shell_quote(s);
+  char *q = sbx_shell_quote(s);
   free(q);
   free(s);
   return 0;

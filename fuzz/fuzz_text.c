@@ -2,6 +2,8 @@
  * written here independently:
  * - sbx_utf8_valid against a decoder driven by the Unicode well-formed byte sequence table
  *   (Unicode 15, table 3-7);
+ * - sbx_utf8_next (the one decoder: length, code point, maximal subpart), sbx_utf8_count_lossy
+ *   and sbx_text_class against the same table;
  * - sbx_utf8_sanitize against the same table with U+FFFD per maximal subpart of an ill-formed
  *   sequence (Unicode's "best practice", Python's errors='replace'); its output is valid, and a
  *   valid input comes back unchanged;
@@ -230,6 +232,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
   free(got);
   free(want);
+
+  /* the one decoder, sequence by sequence: its length, validity and code point; and the lossy
+   * code point count and text class built on it */
+  {
+    const unsigned char *u = (const unsigned char *) t;
+    size_t units = 0;
+    bool ascii = true, valid = true;
+    for (size_t i = 0; i < n; units++) {
+      size_t m = 0, l = ref_seq(u + i, n - i, &m);
+      uint32_t cp = 0;
+      size_t dl = sbx_utf8_next(u + i, n - i, &cp);
+      if (l > 0) {
+        uint32_t want_cp = l == 1 ? u[i] : (uint32_t) (u[i] & (0x7f >> l));
+        for (size_t k = 1; k < l; k++)
+          want_cp = want_cp << 6 | (u[i + k] & 0x3f);
+        if (dl != l || cp != want_cp)
+          abort();
+      } else if (dl != m || cp != SBX_UTF8_BAD) {
+        abort();
+      }
+      ascii = ascii && u[i] < 0x80;
+      valid = valid && l > 0;
+      i += dl;
+    }
+    if (sbx_utf8_count_lossy(t, n) != units)
+      abort();
+    int cls = sbx_text_class(t, n);
+    if (cls != (!valid ? SBX_TEXT_INVALID : ascii ? SBX_TEXT_ASCII : SBX_TEXT_UTF8))
+      abort();
+  }
 
   /* read_file's line range: small bounds most of the time, the extremes sometimes */
   int64_t start = sel & 1 ? SBX_LINE_NONE : (sel & 2 ? a : a % 64);

@@ -14,7 +14,7 @@
  * Commands are clone children with exit signal 0 (see server.c); each is waited for through its
  * pidfd. The child code between clone and exec only makes async-signal-safe calls: sbx-init is
  * multithreaded. */
-#include "agent.h"
+#include "exec.h"
 #include "text.h"
 
 #include <fcntl.h>

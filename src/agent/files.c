@@ -4,9 +4,10 @@
  * /proc magic links are refused. Replacing writes go to a temporary file in the same directory
  * that is renamed over the target after fsync, so a crash never leaves a torn file where a
  * complete one was. */
-#include "agent.h"
+#include "files.h"
 #include "paths.h"
 #include "search.h"
+#include "walk.h"
 #include "text.h"
 
 #include <fcntl.h>
@@ -18,8 +19,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-
-#define ITEMS_BATCH (512u << 10)
 
 static int root_fd = -1;
 
@@ -419,26 +418,33 @@ drain:
   return ret;
 }
 
-/* Sends strings as ITEMS frames of bounded size, then OK{TRUNCATED}. */
+/* Sends strings as ITEMS, then OK{TRUNCATED}. */
 static int send_items(struct agent_conn *c, char **items, size_t n, bool truncated)
 {
-  sbx_tlv_writer_t w = {0};
-  for (size_t i = 0; i < n; i++) {
-    sbx_tlv_put_str(&w, SBX_T_ITEM, items[i]);
-    if (w.buf.len >= ITEMS_BATCH || i + 1 == n) {
-      if (sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w) < 0) {
-        sbx_tlv_free(&w);
-        return -1;
-      }
-      w.buf.len = 0;
-    }
-  }
-  sbx_tlv_free(&w);
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
-  int ret = agent_reply_ok(c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
+  agent_items_t it = {.c = c};
+  for (size_t i = 0; i < n && agent_items_add(&it, items[i], strlen(items[i])) == 0; i++)
+    ;
+  return agent_items_finish(&it, truncated);
+}
+
+/* A search without a timeout of its own ends by this one: 10 s under the client library's 600 s
+ * socket timeout, so its answer (truncated) arrives before the client gives up. */
+#define SEARCH_TIMEOUT_MS (590 * 1000)
+
+/* The deadline of a search asked to take at most timeout_ms (0: SEARCH_TIMEOUT_MS, and never
+ * more). While it runs the client's connection is watched too (sbx_search_set_cancel_fd), so a
+ * search whose client went away stops. */
+static uint64_t search_begin(struct agent_conn *c, uint64_t timeout_ms)
+{
+  if (timeout_ms == 0 || timeout_ms > SEARCH_TIMEOUT_MS)
+    timeout_ms = SEARCH_TIMEOUT_MS;
+  sbx_search_set_cancel_fd(c->fd);
+  return sbx_now_ms() + timeout_ms;
+}
+
+static void search_end(void)
+{
+  sbx_search_set_cancel_fd(-1);
 }
 
 int agent_list(struct agent_conn *c, const char *payload, size_t len)
@@ -455,7 +461,10 @@ int agent_list(struct agent_conn *c, const char *payload, size_t len)
     depth = SBX_SEARCH_MAX_DEPTH;
   sbx_strv_t out = {0};
   bool truncated = false;
-  if (sbx_search_list_dir(path, (int) depth, (size_t) max, 0, &out, &truncated, &err) < 0)
+  int r = sbx_search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out, &truncated,
+                              &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
   sbx_strv_free(&out);
@@ -475,9 +484,10 @@ int agent_glob(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   sbx_strv_t out = {0};
   bool truncated = false;
-  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
-  if (sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max, deadline,
-                      &out, &truncated, &err) < 0)
+  int r = sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max,
+                          search_begin(c, timeout_ms), &out, &truncated, &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
   sbx_strv_free(&out);
@@ -498,33 +508,23 @@ int agent_grep(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   sbx_grep_matches_t m = {0};
   bool truncated = false;
-  uint64_t deadline = timeout_ms ? sbx_now_ms() + timeout_ms : 0;
-  if (sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
-                      flags & SBX_GREP_CASE, (size_t) max, deadline, &m, &truncated, &err) < 0)
+  int r = sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
+                          flags & SBX_GREP_CASE, (size_t) max, search_begin(c, timeout_ms), &m,
+                          &truncated, &err);
+  search_end();
+  if (r < 0)
     return agent_reply_error(c, &err);
-  sbx_tlv_writer_t w = {0};
-  int ret = 0;
-  for (size_t i = 0; i < m.n && ret == 0; i++) {
+  agent_items_t it = {.c = c};
+  for (size_t i = 0; i < m.n && it.failed == 0; i++) {
     sbx_tlv_writer_t rec = {0};
     sbx_tlv_put_str(&rec, SBX_T_PATH, m.v[i].path);
     sbx_tlv_put_u64(&rec, SBX_T_LINE_NO, m.v[i].line_number);
     sbx_tlv_put_str(&rec, SBX_T_TEXT, m.v[i].line);
-    sbx_tlv_put(&w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+    agent_items_add(&it, rec.buf.data, rec.buf.len);
     sbx_tlv_free(&rec);
-    if (w.buf.len >= ITEMS_BATCH || i + 1 == m.n) {
-      ret = sbx_frame_send_tlv(c->fd, SBX_MSG_ITEMS, c->req, &w);
-      w.buf.len = 0;
-    }
   }
-  sbx_tlv_free(&w);
   sbx_search_matches_free(&m);
-  if (ret < 0)
-    return -1;
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, truncated);
-  ret = agent_reply_ok(c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
+  return agent_items_finish(&it, truncated);
 }
 
 static char type_char(mode_t m)
@@ -763,11 +763,10 @@ int agent_connect(struct agent_conn *c, const char *payload, size_t len)
 #define INFO_MAX 100000
 
 struct info_walk {
-  struct agent_conn *c;
-  sbx_tlv_writer_t w;
+  agent_items_t items;
   size_t count;
   bool truncated;
-  int failed;
+  const sbx_strv_t *pats; /* find: the name patterns */
 };
 
 static int info_emit(struct info_walk *iw, const char *path, const struct stat *st)
@@ -779,77 +778,39 @@ static int info_emit(struct info_walk *iw, const char *path, const struct stat *
   sbx_tlv_writer_t rec = {0};
   sbx_tlv_put_str(&rec, SBX_T_PATH, path);
   agent_put_stat(&rec, st);
-  sbx_tlv_put(&iw->w, SBX_T_ITEM, rec.buf.data, rec.buf.len);
+  int r = agent_items_add(&iw->items, rec.buf.data, rec.buf.len);
   sbx_tlv_free(&rec);
   iw->count++;
-  if (iw->w.buf.len >= ITEMS_BATCH) {
-    if (sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
-      iw->failed = -1;
-    iw->w.buf.len = 0;
-  }
-  return iw->failed;
+  return r;
 }
 
-static int info_finish(struct info_walk *iw)
+/* readdir and find walk with the search walker (walk.h) in its VISIT mode: every entry, in
+ * strcmp order, each before its children; symlinks reported, never followed. Paths are the
+ * request's path (less one trailing '/') + "/" + the path below it. */
+static void info_walk_run(struct info_walk *iw, int dfd, const char *path, int max_depth,
+                          int (*visit)(sbx_walker_t *, int, const sbx_walk_entry_t *, const char *))
 {
-  if (iw->failed == 0 && iw->w.buf.len > 0 &&
-      sbx_frame_send_tlv(iw->c->fd, SBX_MSG_ITEMS, iw->c->req, &iw->w) < 0)
-    iw->failed = -1;
-  sbx_tlv_free(&iw->w);
-  if (iw->failed < 0)
+  sbx_walker_t w;
+  sbx_walker_init(&w, SBX_WALK_VISIT, 0);
+  w.max_depth = max_depth;
+  w.visit = visit;
+  w.arg = iw;
+  size_t n = strlen(path);
+  sbx_walker_set_base_n(&w, path, n > 0 && path[n - 1] == '/' ? n - 1 : n);
+  sbx_walk_run(&w, dfd);
+  sbx_walker_fini(&w);
+}
+
+/* readdir: children, each followed by its own children, down to depth. */
+static int readdir_visit(sbx_walker_t *w, int dir_fd, const sbx_walk_entry_t *e, const char *path)
+{
+  struct info_walk *iw = w->arg;
+  struct stat st;
+  if (fstatat(dir_fd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return 0;
+  if (info_emit(iw, path, &st) < 0 || iw->truncated)
     return -1;
-  sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_TRUNCATED, iw->truncated);
-  int ret = agent_reply_ok(iw->c, &ok);
-  sbx_tlv_free(&ok);
-  return ret;
-}
-
-/* Sorted names of the directory dfd (closed by the caller). */
-static void sorted_names(int dfd, sbx_strv_t *names)
-{
-  int fd = dup(dfd);
-  if (fd < 0)
-    return;
-  cleanup_dir DIR *d = fdopendir(fd);
-  if (d == NULL) {
-    close(fd);
-    return;
-  }
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, ".."))
-      sbx_strv_push(names, de->d_name);
-  sbx_strv_sort(names);
-}
-
-static char *join_path(const char *dir, const char *name)
-{
-  size_t n = strlen(dir);
-  return xasprintf("%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
-}
-
-/* Children (sorted), each followed by its own children, down to depth; links not followed. */
-static void readdir_walk(struct info_walk *iw, int dfd, const char *path, int depth)
-{
-  sbx_strv_t names = {0};
-  sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
-    struct stat st;
-    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    cleanup_free char *child = join_path(path, names.v[i]);
-    if (info_emit(iw, child, &st) < 0)
-      break;
-    if (S_ISDIR(st.st_mode) && depth > 1) {
-      int sub = openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) {
-        readdir_walk(iw, sub, child, depth - 1);
-        close(sub);
-      }
-    }
-  }
-  sbx_strv_free(&names);
+  return 0;
 }
 
 int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
@@ -877,10 +838,13 @@ int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
     sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
     return agent_reply_error(c, &err);
   }
-  struct info_walk iw = {.c = c};
-  if (depth > 0)
-    readdir_walk(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth);
-  return info_finish(&iw);
+  struct info_walk iw = {.items = {.c = c}};
+  if (depth > 0) {
+    info_walk_run(&iw, dfd, path, depth > SBX_SEARCH_MAX_DEPTH ? SBX_SEARCH_MAX_DEPTH : (int) depth,
+                  readdir_visit);
+    dfd = -1; /* the walker took it */
+  }
+  return agent_items_finish(&iw.items, iw.truncated);
 }
 
 #define BRACE_MAX_PATTERNS 256
@@ -957,29 +921,19 @@ static bool name_matches(const sbx_strv_t *pats, const char *name)
   return false;
 }
 
-static void find_walk(struct info_walk *iw, int dfd, const char *path, const sbx_strv_t *pats,
-                      int depth)
+/* find: the non-directories whose name matches, at any depth (directories down to depth
+ * SBX_SEARCH_MAX_DEPTH are entered). */
+static int find_visit(sbx_walker_t *w, int dir_fd, const sbx_walk_entry_t *e, const char *path)
 {
-  sbx_strv_t names = {0};
-  sorted_names(dfd, &names);
-  for (size_t i = 0; i < names.n && iw->failed == 0 && !iw->truncated; i++) {
-    struct stat st;
-    if (fstatat(dfd, names.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    cleanup_free char *child = join_path(path, names.v[i]);
-    if (S_ISDIR(st.st_mode)) {
-      int sub = depth < SBX_SEARCH_MAX_DEPTH
-                    ? openat(dfd, names.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    : -1;
-      if (sub >= 0) {
-        find_walk(iw, sub, child, pats, depth + 1);
-        close(sub);
-      }
-    } else if (name_matches(pats, names.v[i])) {
-      info_emit(iw, child, &st);
-    }
-  }
-  sbx_strv_free(&names);
+  struct info_walk *iw = w->arg;
+  if (e->type == DT_DIR || !name_matches(iw->pats, e->name))
+    return 0;
+  struct stat st;
+  if (fstatat(dir_fd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+    return 0;
+  if (info_emit(iw, path, &st) < 0 || iw->truncated)
+    return -1;
+  return 0;
 }
 
 int agent_find(struct agent_conn *c, const char *payload, size_t len)
@@ -998,10 +952,11 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
     memmove(p, p + 1, strlen(p + 1) + 1);
   sbx_strv_t pats = {0};
   expand_braces(pat, &pats, 0);
-  struct info_walk iw = {.c = c};
-  find_walk(&iw, dfd, path, &pats, 0);
+  struct info_walk iw = {.items = {.c = c}, .pats = &pats};
+  info_walk_run(&iw, dfd, path, SBX_SEARCH_MAX_DEPTH + 1, find_visit);
+  dfd = -1; /* the walker took it */
   sbx_strv_free(&pats);
-  return info_finish(&iw);
+  return agent_items_finish(&iw.items, iw.truncated);
 }
 
 int agent_replace(struct agent_conn *c, const char *payload, size_t len)

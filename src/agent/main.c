@@ -1,14 +1,13 @@
 /* sbx-init: `sbx-init launch FD` builds a sandbox from the spec read on FD (see
  * src/backends/linux/launch.c) and leaves this program running inside it as PID 1. */
 #include "../backends/linux/linux.h"
+#include "agent.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-int sbx_agent_search_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {

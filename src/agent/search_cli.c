@@ -54,7 +54,6 @@ static bool num(const char *s, long long *out)
   return *s && *end == '\0';
 }
 
-int sbx_agent_search_main(int argc, char **argv);
 int sbx_agent_search_main(int argc, char **argv)
 {
   sbx_error_t err = NULL;

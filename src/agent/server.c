@@ -7,6 +7,9 @@
  * thread or the background reaper is waiting for: they wait on the command's pidfd instead
  * (and the reaping here is limited to the main thread's own children, see below). */
 #include "agent.h"
+#include "exec.h"
+#include "files.h"
+#include "reply.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -25,81 +28,15 @@ static atomic_int active_conns;
 static _Atomic uint64_t last_activity_ms;
 static _Atomic uint64_t idle_timeout_ms; /* 0: never expire; SET_IDLE changes it */
 
-int agent_reply_error(struct agent_conn *c, sbx_error_t *err)
+/* PING and HELLO: the protocol version (their payload is not looked at). */
+static int hello(struct agent_conn *c, const char *payload, size_t len)
 {
-  int r = -1;
-  if (err && *err) {
-    r = sbx_frame_send_error(c->fd, c->req, (*err)->kind, (*err)->status, (*err)->msg);
-    sbx_error_release(err);
-  }
+  (void) payload, (void) len;
+  sbx_tlv_writer_t w = {0};
+  sbx_tlv_put_u64(&w, SBX_T_VERSION, SBX_PROTO_VERSION);
+  int r = agent_reply_ok(c, &w);
+  sbx_tlv_free(&w);
   return r;
-}
-
-int agent_reply_ok(struct agent_conn *c, const sbx_tlv_writer_t *w)
-{
-  if (w)
-    return sbx_frame_send_tlv(c->fd, SBX_MSG_OK, c->req, w);
-  return sbx_frame_send(c->fd, SBX_MSG_OK, c->req, NULL, 0);
-}
-
-typedef int (*handler_fn)(struct agent_conn *, const char *, size_t);
-
-static handler_fn handler_for(uint16_t type)
-{
-  switch (type) {
-  case SBX_MSG_EXEC:
-    return agent_exec;
-  case SBX_MSG_SIGNAL:
-    return agent_signal;
-  case SBX_MSG_CMD_STATUS:
-    return agent_cmd_status;
-  case SBX_MSG_CMD_LOGS:
-    return agent_cmd_logs;
-  case SBX_MSG_READ_TEXT:
-    return agent_read_text;
-  case SBX_MSG_READ:
-    return agent_read;
-  case SBX_MSG_WRITE:
-    return agent_write;
-  case SBX_MSG_LIST:
-    return agent_list;
-  case SBX_MSG_GLOB:
-    return agent_glob;
-  case SBX_MSG_GREP:
-    return agent_grep;
-  case SBX_MSG_STAT:
-    return agent_stat;
-  case SBX_MSG_MKDIR:
-    return agent_mkdir;
-  case SBX_MSG_REMOVE:
-    return agent_remove;
-  case SBX_MSG_RENAME:
-    return agent_rename;
-  case SBX_MSG_CHMOD:
-    return agent_chmod;
-  case SBX_MSG_CONNECT:
-    return agent_connect;
-  case SBX_MSG_READDIR:
-    return agent_readdir;
-  case SBX_MSG_FIND:
-    return agent_find;
-  case SBX_MSG_REPLACE:
-    return agent_replace;
-  default:
-    return NULL;
-  }
-}
-
-/* Runs the handler of a request type, or answers that the type is unknown. */
-static int dispatch(struct agent_conn *c, uint16_t type, const char *payload, size_t len)
-{
-  handler_fn h = handler_for(type);
-  if (h == NULL) {
-    sbx_error_t err = NULL;
-    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", type);
-    return agent_reply_error(c, &err);
-  }
-  return h(c, payload, len);
 }
 
 /* A spare taken as a sandbox without idle expiry (sbxd's) is told so. Lengthening the expiry of
@@ -121,6 +58,58 @@ static int set_idle(struct agent_conn *c, const char *payload, size_t len)
   return r;
 }
 
+/* A handler answers one request (reply.h) and returns 0, or -1 to drop the connection. */
+typedef int (*handler_fn)(struct agent_conn *, const char *, size_t);
+
+/* Every request type sbx-init serves, in one place. raw: the payload is not a TLV list (it is
+ * not validated); every other payload is, before its handler sees it. */
+static const struct {
+  uint16_t type;
+  bool raw;
+  handler_fn fn;
+} handlers[] = {
+    {SBX_MSG_PING, true, hello},
+    {SBX_MSG_HELLO, true, hello},
+    {SBX_MSG_SET_IDLE, false, set_idle},
+    {SBX_MSG_EXEC, false, agent_exec},
+    {SBX_MSG_SIGNAL, false, agent_signal},
+    {SBX_MSG_CMD_STATUS, false, agent_cmd_status},
+    {SBX_MSG_CMD_LOGS, false, agent_cmd_logs},
+    {SBX_MSG_READ_TEXT, false, agent_read_text},
+    {SBX_MSG_READ, false, agent_read},
+    {SBX_MSG_WRITE, false, agent_write},
+    {SBX_MSG_LIST, false, agent_list},
+    {SBX_MSG_GLOB, false, agent_glob},
+    {SBX_MSG_GREP, false, agent_grep},
+    {SBX_MSG_STAT, false, agent_stat},
+    {SBX_MSG_MKDIR, false, agent_mkdir},
+    {SBX_MSG_REMOVE, false, agent_remove},
+    {SBX_MSG_RENAME, false, agent_rename},
+    {SBX_MSG_CHMOD, false, agent_chmod},
+    {SBX_MSG_CONNECT, false, agent_connect},
+    {SBX_MSG_READDIR, false, agent_readdir},
+    {SBX_MSG_FIND, false, agent_find},
+    {SBX_MSG_REPLACE, false, agent_replace},
+};
+
+/* Serves one request: its handler, or an answer that the type is unknown. A payload that should
+ * be a TLV list and is not drops the connection (-1). */
+static int dispatch(struct agent_conn *c, uint16_t type, const char *payload, size_t len)
+{
+  size_t i = 0;
+  while (i < sizeof handlers / sizeof handlers[0] && handlers[i].type != type)
+    i++;
+  bool known = i < sizeof handlers / sizeof handlers[0];
+  if (!(known && handlers[i].raw) && !sbx_tlv_valid(payload, len))
+    return -1;
+  if (!known) {
+    sbx_error_t err = NULL;
+    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", type);
+    return agent_reply_error(c, &err);
+  }
+  return handlers[i].fn(c, payload, len);
+}
+
 static void *conn_main(void *arg)
 {
   struct agent_conn c = {.fd = (int) (intptr_t) arg};
@@ -131,20 +120,7 @@ static void *conn_main(void *arg)
       break;
     atomic_store(&last_activity_ms, sbx_now_ms());
     c.req = hdr.req;
-    int r;
-    if (hdr.type == SBX_MSG_PING || hdr.type == SBX_MSG_HELLO) {
-      sbx_tlv_writer_t w = {0};
-      sbx_tlv_put_u64(&w, SBX_T_VERSION, SBX_PROTO_VERSION);
-      r = agent_reply_ok(&c, &w);
-      sbx_tlv_free(&w);
-    } else if (!sbx_tlv_valid(payload, hdr.len)) {
-      break; /* malformed: drop the connection */
-    } else if (hdr.type == SBX_MSG_SET_IDLE) {
-      r = set_idle(&c, payload, hdr.len);
-    } else {
-      r = dispatch(&c, hdr.type, payload, hdr.len);
-    }
-    if (r < 0)
+    if (dispatch(&c, hdr.type, payload, hdr.len) < 0)
       break;
   }
   close(c.fd);

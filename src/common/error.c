@@ -1,6 +1,7 @@
 #include "error.h"
 #include "util.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 static const char *const kind_names[SBX_E_KIND_MAX] = {
@@ -90,6 +91,15 @@ int sbx_error_set(sbx_error_t *err, int status, int kind, const char *msg)
   e->msg = xstrdup(msg ? msg : "unknown error");
   *err = e;
   return -1;
+}
+
+int sbx_error_setf(sbx_error_t *err, int status, int kind, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  cleanup_free char *msg = xvasprintf(fmt, ap);
+  va_end(ap);
+  return sbx_error_set(err, status, kind, msg);
 }
 
 int sbx_make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)

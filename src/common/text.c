@@ -2,40 +2,58 @@
 #include "util.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is invalid. Overlongs,
- * surrogates and code points past U+10FFFF are invalid, as in Python's strict decoder. */
+size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp)
+{
+  const unsigned char *p = s;
+  unsigned char c = p[0];
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  /* the continuation bytes wanted, and the range of the first (overlongs, surrogates and code
+   * points past U+10FFFF are excluded there) */
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;
+  uint32_t v;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+    v = c & 0x1Fu;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2;
+    v = c & 0x0Fu;
+    lo = c == 0xE0 ? 0xA0 : 0x80;
+    hi = c == 0xED ? 0x9F : 0xBF;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3;
+    v = c & 0x07u;
+    lo = c == 0xF0 ? 0x90 : 0x80;
+    hi = c == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    *cp = SBX_UTF8_BAD;
+    return 1;
+  }
+  for (size_t i = 1; i <= need; i++) {
+    if (i >= len || p[i] < lo || p[i] > hi) {
+      *cp = SBX_UTF8_BAD;
+      return i;
+    }
+    v = v << 6 | (p[i] & 0x3Fu);
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  *cp = v;
+  return need + 1;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is invalid. */
 static size_t utf8_seq(const unsigned char *s, size_t len)
 {
-  unsigned char c = s[0];
-  if (c < 0x80)
-    return 1;
-  size_t n;
   uint32_t cp;
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (len < n)
-    return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-    cp = cp << 6 | (s[i] & 0x3f);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return n;
+  size_t n = sbx_utf8_next(s, len, &cp);
+  return cp == SBX_UTF8_BAD ? 0 : n;
 }
 
 size_t sbx_ascii_run(const void *s, size_t len)
@@ -68,58 +86,97 @@ bool sbx_utf8_valid(const char *s, size_t len)
   return true;
 }
 
-/* How many bytes form one maximal invalid subsequence at s (at least 1): a lead byte followed
- * by the continuation bytes that could still have completed it. */
-static size_t utf8_invalid_run(const unsigned char *s, size_t len)
+void sbx_buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len)
 {
-  unsigned char c = s[0];
-  size_t want;
-  unsigned char lo = 0x80, hi = 0xbf;
-  if (c >= 0xc2 && c <= 0xdf)
-    want = 2;
-  else if (c >= 0xe0 && c <= 0xef) {
-    want = 3;
-    if (c == 0xe0)
-      lo = 0xa0;
-    if (c == 0xed)
-      hi = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    want = 4;
-    if (c == 0xf0)
-      lo = 0x90;
-    if (c == 0xf4)
-      hi = 0x8f;
-  } else
-    return 1;
-  size_t i = 1;
-  while (i < want && i < len) {
-    unsigned char b = s[i];
-    if (i == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80)
-      break;
-    i++;
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  sbx_buf_reserve(b, len);
+  while (i < len) {
+    size_t start = i;
+    i += sbx_ascii_run(p + i, len - i);
+    uint32_t cp = 0;
+    size_t n = 0;
+    while (i < len && (n = sbx_utf8_next(p + i, len - i, &cp), cp != SBX_UTF8_BAD)) {
+      i += n;
+      i += sbx_ascii_run(p + i, len - i);
+    }
+    sbx_buf_append(b, s + start, i - start);
+    if (i < len) {
+      sbx_buf_append(b, "\xef\xbf\xbd", 3);
+      i += n;
+    }
   }
-  return i;
 }
 
 char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen)
 {
   sbx_buf_t b = {0};
-  const unsigned char *p = (const unsigned char *) s;
-  size_t i = 0;
-  sbx_buf_reserve(&b, len);
-  while (i < len) {
-    size_t start = i;
-    while (i < len && (p[i] < 0x80 || utf8_seq(p + i, len - i) > 0))
-      i += p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
-    sbx_buf_append(&b, s + start, i - start);
-    if (i < len) {
-      sbx_buf_append(&b, "\xef\xbf\xbd", 3);
-      i += utf8_invalid_run(p + i, len - i);
-    }
-  }
+  sbx_buf_put_utf8_lossy(&b, s, len);
   if (outlen)
     *outlen = b.len;
   return sbx_buf_steal(&b);
+}
+
+size_t sbx_utf8_count_lossy(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *) s;
+  size_t c = 0;
+  for (size_t i = 0; i < len; c++) {
+    uint32_t cp;
+    i += p[i] < 0x80 ? 1 : sbx_utf8_next(p + i, len - i, &cp);
+  }
+  return c;
+}
+
+int sbx_text_class(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *) s;
+  size_t i = 0;
+  int cls = SBX_TEXT_ASCII;
+  while (i < len) {
+    i += sbx_ascii_run(p + i, len - i);
+    if (i >= len)
+      break;
+    uint32_t cp;
+    i += sbx_utf8_next(p + i, len - i, &cp);
+    if (cp == SBX_UTF8_BAD)
+      return SBX_TEXT_INVALID;
+    cls = SBX_TEXT_UTF8;
+  }
+  return cls;
+}
+
+bool sbx_str_ascii(const char *s)
+{
+  size_t n = strlen(s);
+  return sbx_ascii_run(s, n) == n;
+}
+
+static pthread_once_t locale_once = PTHREAD_ONCE_INIT;
+static locale_t locale_c, locale_utf8;
+
+static void locale_init(void)
+{
+  locale_c = newlocale(LC_ALL_MASK, "C", (locale_t) 0);
+  if (locale_c == (locale_t) 0)
+    locale_c = LC_GLOBAL_LOCALE;
+  locale_utf8 = newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t) 0);
+  if (locale_utf8 == (locale_t) 0)
+    locale_utf8 = newlocale(LC_ALL_MASK, "C.utf8", (locale_t) 0);
+  if (locale_utf8 == (locale_t) 0)
+    locale_utf8 = locale_c;
+}
+
+locale_t sbx_locale_c(void)
+{
+  pthread_once(&locale_once, locale_init);
+  return locale_c;
+}
+
+locale_t sbx_locale_utf8(void)
+{
+  pthread_once(&locale_once, locale_init);
+  return locale_utf8;
 }
 
 char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen)

@@ -9,15 +9,42 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "util.h"
+
+#include <locale.h>
 
 /* A read_file bound that was not given. */
 #define SBX_LINE_NONE INT64_MIN
+
+#define SBX_UTF8_BAD UINT32_MAX
+
+/* The one UTF-8 decoder: the sequence at s (len >= 1 bytes). Returns its length (1..4) and sets
+ * *cp to its code point; an ill-formed sequence (overlong, surrogate, past U+10FFFF, cut short,
+ * a stray continuation byte) gives the length of its maximal subpart (Unicode §3.9: what
+ * Python's errors='replace' turns into one U+FFFD) and *cp = SBX_UTF8_BAD. Byte i is read only
+ * once bytes 0..i-1 were accepted, so a NUL-terminated string may be passed with len 4. */
+size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp);
 
 bool sbx_utf8_valid(const char *s, size_t len);
 /* How many bytes at s are ASCII before the first that is not (eight at a time). */
 size_t sbx_ascii_run(const void *s, size_t len);
 /* Copy with each maximal invalid sequence replaced by U+FFFD; *outlen gets the length. */
 char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen);
+/* The same, appended to b. */
+void sbx_buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len);
+/* Code points of s as decoded with replacement (each maximal invalid subsequence counts 1). */
+size_t sbx_utf8_count_lossy(const char *s, size_t len);
+/* One scan's verdict on a text: pure ASCII, well-formed UTF-8, or not. */
+enum { SBX_TEXT_ASCII, SBX_TEXT_UTF8, SBX_TEXT_INVALID };
+int sbx_text_class(const char *s, size_t len);
+/* True if the string is pure ASCII. */
+bool sbx_str_ascii(const char *s);
+
+/* Two locales created once for the life of the process (C, and C.UTF-8 or C if the system has
+ * none), to switch to per thread with uselocale (never setlocale): fnmatch and regex see code
+ * points under the second. */
+locale_t sbx_locale_c(void);
+locale_t sbx_locale_utf8(void);
 
 /* read_file's range: 1-based, inclusive; start < 1 clamps to 1; end <= 0 or start past the end
  * gives ""; with neither bound the text is returned unchanged. Lines split on '\n', a trailing

@@ -169,6 +169,20 @@ void sbx_buf_free(sbx_buf_t *b)
   b->len = b->cap = 0;
 }
 
+char *sbx_shell_quote(const char *s)
+{
+  sbx_buf_t b = {0};
+  sbx_buf_putc(&b, '\'');
+  for (; *s; s++) {
+    if (*s == '\'')
+      sbx_buf_puts(&b, "'\\''");
+    else
+      sbx_buf_putc(&b, *s);
+  }
+  sbx_buf_putc(&b, '\'');
+  return sbx_buf_steal(&b);
+}
+
 void sbx_strv_push_owned(sbx_strv_t *s, char *str)
 {
   if (s->n + 2 > s->cap) {
@@ -193,15 +207,15 @@ void sbx_strv_free(sbx_strv_t *s)
   s->n = s->cap = 0;
 }
 
-static int cmp_str(const void *a, const void *b)
+int sbx_strcmp_p(const void *a, const void *b)
 {
-  return strcmp(*(char *const *) a, *(char *const *) b);
+  return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
 void sbx_strv_sort(sbx_strv_t *s)
 {
   if (s->n > 1)
-    qsort(s->v, s->n, sizeof(char *), cmp_str);
+    qsort(s->v, s->n, sizeof(char *), sbx_strcmp_p);
 }
 
 int sbx_write_all(int fd, const void *buf, size_t len)

@@ -76,6 +76,9 @@ void sbx_buf_printf(sbx_buf_t *b, const char *fmt, ...) __attribute__((format(pr
 char *sbx_buf_steal(sbx_buf_t *b); /* returns the string (never NULL); the buffer is reset */
 void sbx_buf_free(sbx_buf_t *b);
 
+/* s as one POSIX shell word: single-quoted, each ' written as '\\''. */
+char *sbx_shell_quote(const char *s);
+
 /* A NULL-terminated vector of owned strings. */
 typedef struct {
   char **v;
@@ -86,6 +89,8 @@ typedef struct {
 void sbx_strv_push(sbx_strv_t *s, const char *str);
 void sbx_strv_push_owned(sbx_strv_t *s, char *str);
 void sbx_strv_free(sbx_strv_t *s);
+/* strcmp of two char * elements: a qsort/bsearch comparator for arrays of strings. */
+int sbx_strcmp_p(const void *a, const void *b);
 void sbx_strv_sort(sbx_strv_t *s);
 
 /* I/O loops that retry EINTR and short transfers. Return 0 or -1 with errno set. */

@@ -657,11 +657,6 @@ static void session_update(struct job *j)
   sbx_buf_free(&b);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-  return strcmp(*(const char *const *) a, *(const char *const *) b);
-}
-
 static enum MHD_Result h_session_run(struct req *r)
 {
   const char *p = r->sub + strlen("/session/");
@@ -696,15 +691,15 @@ static enum MHD_Result h_session_run(struct req *r)
     const char *key;
     json_t *v;
     json_object_foreach(s->env, key, v) keys[k++] = key;
-    qsort(keys, k, sizeof *keys, cmp_str);
+    qsort(keys, k, sizeof *keys, sbx_strcmp_p);
     for (size_t i = 0; i < k; i++) {
-      cleanup_free char *q = sbxd_shell_quote(json_string_value(json_object_get(s->env, keys[i])));
+      cleanup_free char *q = sbx_shell_quote(json_string_value(json_object_get(s->env, keys[i])));
       sbx_buf_printf(&script, "export %s=%s\n", keys[i], q);
     }
     free(keys);
     const char *dir = run_cwd ? run_cwd : s->cwd;
     if (dir) {
-      cleanup_free char *q = sbxd_shell_quote(dir);
+      cleanup_free char *q = sbx_shell_quote(dir);
       sbx_buf_printf(&script, "cd %s\n", q);
     }
   }
@@ -716,7 +711,7 @@ static enum MHD_Result h_session_run(struct req *r)
     return sbxd_error(r, 404, "CONTEXT_NOT_FOUND", "session %s not found", sid);
   }
   j->state_file = state_path(sid);
-  cleanup_free char *qstate = sbxd_shell_quote(j->state_file);
+  cleanup_free char *qstate = sbx_shell_quote(j->state_file);
   sbx_buf_printf(&script,
                  "__sbxd_save() { { printf '%%s\\0' \"$PWD\"; /usr/bin/env -0; } > %s 2>/dev/null; "
                  "}\ntrap __sbxd_save EXIT\n%s\n",

@@ -788,20 +788,6 @@ void sbxd_lines_free(struct sbxd_lines *l)
   sbx_buf_free(&l->part);
 }
 
-char *sbxd_shell_quote(const char *s)
-{
-  sbx_buf_t b = {0};
-  sbx_buf_putc(&b, '\'');
-  for (; *s; s++) {
-    if (*s == '\'')
-      sbx_buf_puts(&b, "'\"'\"'");
-    else
-      sbx_buf_putc(&b, *s);
-  }
-  sbx_buf_putc(&b, '\'');
-  return sbx_buf_steal(&b);
-}
-
 bool sbxd_secret_equal(const char *a, const char *b)
 {
   if (a == NULL || b == NULL)

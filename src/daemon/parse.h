@@ -104,9 +104,6 @@ void sbxd_lines_feed(struct sbxd_lines *l, const char *data, size_t len, sbxd_li
 void sbxd_lines_flush(struct sbxd_lines *l, sbxd_line_fn fn, void *arg);
 void sbxd_lines_free(struct sbxd_lines *l);
 
-/* Shell single-quoting ('a'"'"'b'). */
-char *sbxd_shell_quote(const char *s);
-
 /* Constant-time string equality (for tokens and keys). */
 bool sbxd_secret_equal(const char *a, const char *b);
 

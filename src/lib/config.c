@@ -5,6 +5,7 @@
 #include <sbx/config.h>
 
 #include "error.h"
+#include "text.h"
 #include "util.h"
 
 #include <errno.h>
@@ -1162,24 +1163,12 @@ static void put_quoted(sbx_buf_t *b, const char *s)
     uint32_t cp = c;
     size_t n = 1;
     if (c >= 0x80) {
-      size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-      bool ok = need > 0;
-      cp = need == 4 ? c & 0x07u : need == 3 ? c & 0x0Fu : c & 0x1Fu;
-      for (size_t i = 1; ok && i < need; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-          ok = false;
-        else
-          cp = (cp << 6) | (p[i] & 0x3Fu);
-      }
-      if (ok && ((need == 3 && cp < 0x800) || (need == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-                 (cp >= 0xD800 && cp <= 0xDFFF)))
-        ok = false;
-      if (!ok) {
+      n = sbx_utf8_next(p, 4, &cp); /* (a NUL ends any sequence) */
+      if (cp == SBX_UTF8_BAD) {
         sbx_buf_printf(b, "\\x%02X", c);
         p++;
         continue;
       }
-      n = need;
     }
     if (cp == '"' || cp == '\\') {
       sbx_buf_putc(b, '\\');

@@ -1207,3 +1207,29 @@ def test_spares_make_creates_fast_and_keep_managed_semantics(sbxd, tmp_path):
     assert out == ["still"]
     assert s.req("DELETE", "/v1/sandboxes/" + sb.id).status == 204
     assert not os.path.exists(os.path.join(s.home, "sandboxes", sb.id))
+
+
+def test_directory_list_and_search_walk(sbxd):
+    """execd's listing and name search (sbx-init's READDIR and FIND, on the search walker): every
+    type, nothing ignored, symlinks reported and not followed, each directory's entries in byte
+    order and each before its children, down to the depth asked."""
+    sb = sbxd().create()
+    out, end = sb.run("mkdir -p /tmp/lt/b/a /tmp/lt/node_modules && cd /tmp/lt && "
+                      "echo 1 > a.txt && echo 2 > b/z.txt && echo 3 > b/a/deep.txt && "
+                      "echo 4 > node_modules/x.txt && echo 5 > .hidden && ln -s / link && "
+                      "mkfifo fifo && echo ok")
+    assert out == ["ok\n"] or out == ["ok"], (out, end)
+    want = [(".hidden", "file"), ("a.txt", "file"), ("b", "directory"), ("b/a", "directory"),
+            ("b/z.txt", "file"), ("fifo", "other"), ("link", "symlink"),
+            ("node_modules", "directory"), ("node_modules/x.txt", "file")]
+    for path in ("/tmp/lt", "/tmp/lt/"):
+        r = sb.req("GET", "/directories/list?depth=2&path=" + path)
+        assert r.status == 200, r.body
+        got = [(e["path"], e["type"]) for e in r.json()]
+        assert got == [("/tmp/lt/" + p, t) for p, t in want], got
+    r = sb.req("GET", "/directories/list?depth=1&path=/tmp/lt")
+    assert [e["path"] for e in r.json()] == ["/tmp/lt/" + p for p, _ in want if "/" not in p]
+    r = sb.req("GET", "/files/search?pattern=*.txt&path=/tmp/lt")
+    assert r.status == 200, r.body
+    assert [e["path"] for e in r.json()] == ["/tmp/lt/a.txt", "/tmp/lt/b/a/deep.txt",
+                                             "/tmp/lt/b/z.txt", "/tmp/lt/node_modules/x.txt"]

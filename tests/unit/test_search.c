@@ -1,4 +1,5 @@
-/* Unit tests for src/common/search.c: path_matches, the ignore list, list_dir, glob and grep over
+/* Unit tests for src/common's search mechanisms (ignore.c, pathmatch.c, grep_pattern.c, walk.c,
+ * grep.c, search.c): path_matches, the ignore list, list_dir, glob and grep over
  * real temporary trees. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +13,10 @@
 #include <locale.h>
 #include <regex.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -675,6 +679,125 @@ static void test_deadline(void **state)
   assert_false(t);
   assert_int_equal(v.n, 20);
   sbx_strv_free(&v);
+}
+
+/* A regex that backtracks forever on one line (back-references) or that tracks groups through
+ * a long line: the deadline holds inside the line. The positive control: the same pattern,
+ * matched with no deadline, is still running after 2 s. */
+static void test_deadline_inside_line(void **state)
+{
+  const char *root = *state;
+  static const char evil[] = "(.*)(.*)(.*)(.*)(.*)\\5\\4\\3\\2\\1x";
+  char line[320];
+  line[0] = 'x';
+  memset(line + 1, 'a', 300);
+  strcpy(line + 301, "\n");
+  cleanup_free char *text = xasprintf("found x here\n%s", line);
+  write_text(root, "evil.txt", text);
+  cleanup_free char *file = xasprintf("%s/evil.txt", root);
+
+  sbx_grep_matches_t m = {0};
+  sbx_error_t err = NULL;
+  bool t = false;
+  /* positive control: without a bound it would not end; a fork stands in for "no deadline" */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    sbx_search_grep(file, evil, NULL, false, false, 10, 0, &m, &t, &err);
+    _exit(0);
+  }
+  sleep(2);
+  assert_int_equal(waitpid(pid, NULL, WNOHANG), 0); /* still searching */
+  kill(pid, SIGKILL);
+  assert_int_equal(waitpid(pid, NULL, 0), pid);
+  /* (its worker dies with it: PR_SET_PDEATHSIG) */
+
+  uint64_t t0 = sbx_now_ms();
+  assert_int_equal(sbx_search_grep(file, evil, NULL, false, false, 10, t0 + 500, &m, &t, &err), 0);
+  uint64_t took = sbx_now_ms() - t0;
+  assert_true(took < 1500);
+  assert_true(t); /* cut by the deadline: marked truncated */
+  /* what was found before the deadline is right: line 1 matches (empty groups, then x) */
+  assert_int_equal(m.n, 1);
+  assert_int_equal(m.v[0].line_number, 1);
+  sbx_search_matches_free(&m);
+
+  /* no back-reference: the DFA, fast, whole answer */
+  cleanup_free char *big = xmalloc(8002);
+  memset(big, 'a', 8000);
+  strcpy(big + 8000, "\n");
+  write_text(root, "long.txt", big);
+  cleanup_free char *lf = xasprintf("%s/long.txt", root);
+  t0 = sbx_now_ms();
+  t = true;
+  assert_int_equal(
+      sbx_search_grep(lf, "(.*)(.*)(.*)(.*)(.*)y", NULL, false, true, 10, t0 + 5000, &m, &t, &err),
+      0);
+  assert_true(sbx_now_ms() - t0 < 1000);
+  assert_false(t);
+  assert_int_equal(m.n, 0);
+
+  /* back-references still match (in the worker), limit+1 included */
+  write_text(root, "br.txt", "abcabc\nxyz\nabab\nabab\n");
+  cleanup_free char *bf = xasprintf("%s/br.txt", root);
+  assert_int_equal(sbx_search_grep(bf, "(ab)\\1", NULL, false, true, 1, 0, &m, &t, &err), 0);
+  assert_int_equal(m.n, 1);
+  assert_int_equal(m.v[0].line_number, 3);
+  assert_true(t);
+  sbx_search_matches_free(&m);
+  assert_int_equal(sbx_search_grep(bf, "(ab)\\1", NULL, false, true, 2, 0, &m, &t, &err), 0);
+  assert_int_equal(m.n, 2);
+  assert_false(t);
+  sbx_search_matches_free(&m);
+}
+
+/* The caller going away stops a search, as its deadline would. */
+static void test_cancel_fd(void **state)
+{
+  const char *root = *state;
+  char line[320];
+  line[0] = 'x';
+  memset(line + 1, 'a', 300);
+  strcpy(line + 301, "\n");
+  write_text(root, "evil.txt", line);
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  sbx_search_set_cancel_fd(sv[0]);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the "client": gives up after 300 ms */
+    usleep(300000);
+    _exit(0);
+  }
+  close(sv[1]);
+  sbx_grep_matches_t m = {0};
+  sbx_error_t err = NULL;
+  bool t = false;
+  uint64_t t0 = sbx_now_ms();
+  assert_int_equal(sbx_search_grep(root, "(.*)(.*)(.*)(.*)(.*)\\5\\4\\3\\2\\1x", NULL, false, false,
+                                   10, t0 + 60000, &m, &t, &err),
+                   0);
+  assert_true(sbx_now_ms() - t0 < 5000);
+  assert_true(t);
+  assert_int_equal(m.n, 0);
+  sbx_search_set_cancel_fd(-1);
+  close(sv[0]);
+  waitpid(pid, NULL, 0);
+
+  /* a client that only shut down its writing side is still there: the search runs to its end */
+  write_text(root, "hit.txt", "hit\n");
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
+  sbx_search_set_cancel_fd(sv[0]);
+  cleanup_free char *hit = xasprintf("%s/hit.txt", root);
+  t = true;
+  assert_int_equal(sbx_search_grep(hit, "(h)i\\1*t", NULL, false, true, 10, 0, &m, &t, &err), 0);
+  assert_false(t);
+  assert_int_equal(m.n, 1);
+  sbx_search_matches_free(&m);
+  sbx_search_set_cancel_fd(-1);
+  close(sv[0]);
+  close(sv[1]);
 }
 
 static void test_max_depth_bound(void **state)
@@ -1560,6 +1683,8 @@ int main(void)
       cmocka_unit_test_setup_teardown(test_grep_buffer_anchors, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_grep_literal_differential, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_list_dir, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_deadline_inside_line, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_cancel_fd, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_list_dir_root_is_slash),
       cmocka_unit_test_setup_teardown(test_unreadable_dir, setup_tmp, teardown_tmp),
   };

@@ -73,6 +73,46 @@ static void test_utf8(void **state)
   free(s);
 }
 
+/* The one decoder: lengths and code points, maximal subparts of ill-formed input. */
+static void test_utf8_next(void **state)
+{
+  (void) state;
+  static const struct {
+    const char *s;
+    size_t len, want_len;
+    uint32_t cp;
+  } cases[] = {
+      {"a", 1, 1, 'a'},
+      {"\xc3\xa9", 2, 2, 0xe9},
+      {"\xe2\x82\xac", 3, 3, 0x20ac},
+      {"\xf0\x9f\x98\x80", 4, 4, 0x1f600},
+      {"\xf4\x8f\xbf\xbf", 4, 4, 0x10ffff},
+      {"\xc0\xaf", 2, 1, SBX_UTF8_BAD},         /* overlong lead */
+      {"\xe0\x80\x80", 3, 1, SBX_UTF8_BAD},     /* overlong: E0 wants A0..BF */
+      {"\xed\xa0\x80", 3, 1, SBX_UTF8_BAD},     /* surrogate */
+      {"\xf4\x90\x80\x80", 4, 1, SBX_UTF8_BAD}, /* past U+10FFFF */
+      {"\xe2\x82", 2, 2, SBX_UTF8_BAD},         /* cut short: one U+FFFD for both */
+      {"\xe2\x82x", 3, 2, SBX_UTF8_BAD},
+      {"\x80", 1, 1, SBX_UTF8_BAD},
+      {"\xff", 1, 1, SBX_UTF8_BAD},
+      {"\xf0\x9f\x98", 4, 3, SBX_UTF8_BAD}, /* a C string with len 4: stops at the NUL */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint32_t cp = 0;
+    assert_int_equal(sbx_utf8_next(cases[i].s, cases[i].len, &cp), cases[i].want_len);
+    assert_int_equal(cp, cases[i].cp);
+  }
+}
+
+static void test_shell_quote(void **state)
+{
+  (void) state;
+  cleanup_free char *a = sbx_shell_quote("it's $HOME");
+  assert_string_equal(a, "'it'\\''s $HOME'");
+  cleanup_free char *b = sbx_shell_quote("");
+  assert_string_equal(b, "''");
+}
+
 static void test_env_keys(void **state)
 {
   (void) state;
@@ -148,6 +188,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_line_range),        cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_utf8_next),         cmocka_unit_test(test_shell_quote),
       cmocka_unit_test(test_env_keys),          cmocka_unit_test(test_render),
       cmocka_unit_test(test_truncation_marker),
   };

@@ -130,19 +130,6 @@ static int osb_backend_health(struct sbx_instance *in, int timeout_s, sbx_error_
   return rc;
 }
 
-static char *shell_quote(const char *s)
-{
-  sbx_buf_t b = {0};
-  sbx_buf_putc(&b, '\'');
-  for (; *s; s++)
-    if (*s == '\'')
-      sbx_buf_puts(&b, "'\\''");
-    else
-      sbx_buf_putc(&b, *s);
-  sbx_buf_putc(&b, '\'');
-  return sbx_buf_steal(&b);
-}
-
 static int osb_backend_exec(struct sbx_instance *in, const char *command,
                             const struct sbx_exec_opts *o, struct sbx_exec_result *res,
                             sbx_error_t *err)
@@ -158,12 +145,12 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
   if (o && o->argv) {
     sbx_buf_t b = {0};
     for (const char *const *a = o->argv; *a; a++) {
-      cleanup_free char *q = shell_quote(*a);
+      cleanup_free char *q = sbx_shell_quote(*a);
       sbx_buf_printf(&b, "%s%s", b.len ? " " : "", q);
     }
     quoted = sbx_buf_steal(&b);
   } else {
-    cleanup_free char *q = shell_quote(command);
+    cleanup_free char *q = sbx_shell_quote(command);
     quoted = xasprintf("sh -lc %s", q);
   }
   sbx_strv_t env = {0};

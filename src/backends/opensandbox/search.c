@@ -17,20 +17,6 @@
 #define REMOTE_HELPER "/tmp/.sbx-init-" SBX_VERSION
 #define HELPER_TIMEOUT_MS (300 * 1000)
 
-static char *shell_quote(const char *s)
-{
-  sbx_buf_t b = {0};
-  sbx_buf_putc(&b, '\'');
-  for (; *s; s++) {
-    if (*s == '\'')
-      sbx_buf_puts(&b, "'\\''");
-    else
-      sbx_buf_putc(&b, *s);
-  }
-  sbx_buf_putc(&b, '\'');
-  return sbx_buf_steal(&b);
-}
-
 struct helper_out {
   sbx_strv_t *strs;
   struct sbx_grep_match *m;
@@ -254,7 +240,7 @@ static void unskeleton_strv(const struct skeleton *s, sbx_strv_t *v)
 int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *out,
                  sbx_error_t *err)
 {
-  cleanup_free char *qp = shell_quote(path);
+  cleanup_free char *qp = sbx_shell_quote(path);
   cleanup_free char *args = xasprintf("ls %s %d", qp, depth);
   struct helper_out h = {.strs = out};
   int rc = run_helper(r, args, &h, err);
@@ -278,8 +264,8 @@ int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *
 int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool include_dirs,
              size_t max, sbx_strv_t *out, bool *truncated, sbx_error_t *err)
 {
-  cleanup_free char *qp = shell_quote(path);
-  cleanup_free char *qpat = shell_quote(pattern);
+  cleanup_free char *qp = sbx_shell_quote(path);
+  cleanup_free char *qpat = sbx_shell_quote(pattern);
   cleanup_free char *args = xasprintf("glob %s %s %d %zu", qp, qpat, include_dirs, max);
   struct helper_out h = {.strs = out};
   int rc = run_helper(r, args, &h, err);
@@ -350,9 +336,9 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
 {
   *m = NULL;
   *n = 0;
-  cleanup_free char *qp = shell_quote(path);
-  cleanup_free char *qpat = shell_quote(pattern);
-  cleanup_free char *qglob = shell_quote(o->glob && *o->glob ? o->glob : "-");
+  cleanup_free char *qp = sbx_shell_quote(path);
+  cleanup_free char *qpat = sbx_shell_quote(pattern);
+  cleanup_free char *qglob = sbx_shell_quote(o->glob && *o->glob ? o->glob : "-");
   cleanup_free char *args = xasprintf("grep %s %s %s %d %d %zu", qp, qpat, qglob, o->literal,
                                       o->case_sensitive, o->max_results);
   struct helper_out h = {0};

@@ -121,11 +121,6 @@ static int cmp_prefix(const void *a, const void *b)
   return c ? c : strcmp(x->orig, y->orig);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-  return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
 /* Marks as ambiguous every normalised prefix spelled two ways in the listing. */
 static void find_ambiguous(struct rec *recs, size_t n, sbx_strv_t *ambiguous)
 {
@@ -181,7 +176,7 @@ static bool under_ambiguous(const char *rel, const sbx_strv_t *ambiguous)
       sbx_buf_putc(&key, '/');
     sbx_buf_puts(&key, k);
     hit = ambiguous->n &&
-          bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), cmp_str) != NULL;
+          bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), sbx_strcmp_p) != NULL;
     c += len + (e != NULL);
   }
   sbx_buf_free(&key);
