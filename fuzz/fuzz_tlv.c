@@ -1,6 +1,7 @@
 /* libFuzzer target for TLV payloads (src/common/proto.c) and for libsbx's decoding of what
- * sbx-init sends back (src/lib/client.c, included here to reach its static decoders). sbx-init
- * runs inside the sandbox: the host must treat every reply as untrusted bytes.
+ * sbx-init sends back (src/backends/linux/host/agent_client.c, included here to reach its static
+ * decoders). sbx-init runs inside the sandbox: the host must treat every reply as untrusted
+ * bytes.
  *
  * Input: a TLV payload. Oracles:
  * - sbx_tlv_valid agrees with a walk by sbx_tlv_next; sbx_tlv_find returns the first field of
@@ -12,11 +13,11 @@
  *   refuse without crashing, and what they accept has NUL-free strings.
  *
  * Run: fuzz/run.sh, or build-fuzz/fuzz/fuzz_tlv fuzz/corpus/tlv */
-#include "../src/lib/client.c"
+#include "../src/backends/linux/host/agent_client.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* client.c's grep decoder frees through the public contract's function (contract.c, not linked
+/* agent_client.c's grep decoder frees through the public function (src/lib/backend.c, not linked
  * here): the same few lines. */
 void sbx_grep_matches_free(struct sbx_grep_match *m, size_t n)
 {

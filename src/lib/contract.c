@@ -2,7 +2,7 @@
  * paths; the download prefix; env keys; limits), then the backend's operation. A terminal
  * error (SBX_E_BACKEND) marks the sandbox broken so that it is evicted and the next acquire
  * cold-starts a replacement; the failing call still reports its error, and nothing is retried. */
-#include "internal.h"
+#include "provider.h"
 #include "text.h"
 
 #include <string.h>
@@ -34,6 +34,22 @@ void sbx_exec_result_free(struct sbx_exec_result *r)
   memset(r, 0, sizeof *r);
 }
 
+/* The text an agent reads, a contract rule and the same whichever backend ran the command: a
+ * background command has none yet; a finished one's reports its output (or "(no output)"), the
+ * truncation notes and "Exit Code: N" (sbx_exec_render). */
+static void render(struct sbx_exec_result *res, const struct sbx_exec_opts *o)
+{
+  if (o && o->background) {
+    res->output = xstrdup("(no output)");
+    return;
+  }
+  if (o && o->discard_output) /* nothing kept: the text still reports exit and timeout */
+    res->out_total = res->err_total = 0;
+  sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
+                          res->err_len, res->err_total, res->exit_code, res->timed_out};
+  res->output = sbx_exec_render(&eo);
+}
+
 int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx_exec_opts *opts,
                         struct sbx_exec_result *res, sbx_error_t *err)
 {
@@ -48,7 +64,10 @@ int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx
     return sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
   if (opts && opts->cwd && sbx_path_check(opts->cwd, err) < 0)
     return -1;
-  return finish(sb, sb->in.ops->exec(&sb->in, command, opts, res, err), err);
+  if (finish(sb, sb->in.ops->exec(&sb->in, command, opts, res, err), err) < 0)
+    return -1;
+  render(res, opts);
+  return 0;
 }
 
 int sbx_command_signal(sbx_sandbox_t *sb, const char *cmd_id, int signo, sbx_error_t *err)
@@ -162,15 +181,6 @@ int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool incl
   }
   strv_out(&s, matches, n);
   return 0;
-}
-
-void sbx_grep_matches_free(struct sbx_grep_match *m, size_t n)
-{
-  for (size_t i = 0; i < n; i++) {
-    free(m[i].path);
-    free(m[i].line);
-  }
-  free(m);
 }
 
 int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,

@@ -1,4 +1,5 @@
-#include "internal.h"
+#include "log.h"
+#include "util.h"
 
 #include <stdarg.h>
 

@@ -2,7 +2,7 @@
  * (sbxd): file metadata, directories, moves, permissions, ranged reads, command status and
  * logs, port connections and metrics. Same rules as the contract: absolute, traversal-free
  * paths; a terminal error evicts the sandbox. */
-#include "internal.h"
+#include "provider.h"
 
 #include <string.h>
 

@@ -13,25 +13,16 @@
  * when that process dies, so a crashed front-end's sandbox simply becomes warm. Every change to
  * one sandbox happens under its exclusive lock (locks/<id>), creation under locks/pool too, so
  * two processes acquiring one scope at once end with one sandbox. See docs/lifecycle.md. */
-#include "internal.h"
+#include "provider.h"
+#include "log.h"
+#include "registry.h"
 #include "text.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define LOCK_POOL "pool"
-
-const struct sbx_backend_ops *sbx_backend_find(const char *name)
-{
-  if (name == NULL || strcmp(name, "linux") == 0)
-    return &sbx_backend_linux;
-  if (strcmp(name, "opensandbox") == 0)
-    return &sbx_backend_opensandbox;
-  return NULL;
-}
 
 const char *sbx_state_name(int state)
 {
@@ -47,42 +38,23 @@ const char *sbx_state_name(int state)
   }
 }
 
-/* A provider over home (created if missing); with its spare pool over home/spare unless it is
- * one. */
+/* A provider over home (created if missing), with its spare pool over home/spare. */
 static struct sbx_provider_s *provider_new(const char *home, const struct sbx_config *cfg,
-                                           bool spare_pool, sbx_error_t *err)
+                                           sbx_error_t *err)
 {
-  if (sbx_mkdir_p(home, 0700) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", home), NULL;
-  char real[PATH_MAX];
-  if (realpath(home, real) == NULL)
-    return sbx_make_error(err, errno, SBX_E_IO, "resolve state directory `%s`", home), NULL;
-  cleanup_free char *sandboxes = xasprintf("%s/sandboxes", real);
-  cleanup_free char *locks = xasprintf("%s/locks", real);
-  if (sbx_mkdir_p(sandboxes, 0700) < 0 || sbx_mkdir_p(locks, 0700) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", real), NULL;
   struct sbx_provider_s *p = xzalloc(sizeof *p);
   if (cfg == NULL)
     cfg = p->owned_cfg = sbx_config_new_default();
-  p->cfg = cfg;
-  p->ops = sbx_backend_find(cfg->use);
-  if (p->ops == NULL) {
-    sbx_make_error(err, 0, SBX_E_CONFIG, "unknown backend '%s'", cfg->use);
+  if (sbx__pool_open(&p->pool, home, cfg, err) < 0) {
     sbx_config_free(p->owned_cfg);
     free(p);
     return NULL;
   }
-  p->home = xstrdup(real);
-  p->is_spare_pool = spare_pool;
-  p->spares_since = sbx_realtime_sec();
   pthread_mutex_init(&p->lock, NULL);
-  if (!spare_pool) {
-    cleanup_free char *spare_home = xasprintf("%s/spare", real);
-    p->spares = provider_new(spare_home, cfg, true, err);
-    if (p->spares == NULL) {
-      sbx_provider_free(p);
-      return NULL;
-    }
+  p->spares = sbx__spares_new(p->pool.home, cfg, err);
+  if (p->spares == NULL) {
+    sbx_provider_free(p);
+    return NULL;
   }
   return p;
 }
@@ -93,91 +65,22 @@ sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
     home = getenv("SBX_HOME");
   if (home == NULL || *home == '\0')
     home = ".sbx";
-  return provider_new(home, cfg, false, err);
+  return provider_new(home, cfg, err);
 }
 
 const char *sbx_provider_home(const sbx_provider_t *p)
 {
-  return p->home;
+  return p->pool.home;
 }
 
 const struct sbx_config *sbx_provider_config(const sbx_provider_t *p)
 {
-  return p->cfg;
+  return p->pool.cfg;
 }
 
 const char *sbx_sandbox_id(const sbx_sandbox_t *sb)
 {
   return sb->in.meta.id;
-}
-
-int sbx__instance_load(struct sbx_provider_s *p, const char *id, struct sbx_instance *in,
-                       sbx_error_t *err)
-{
-  memset(in, 0, sizeof *in);
-  if (sbx_meta_read(p->home, id, &in->meta, err) < 0)
-    return -1;
-  in->provider = p;
-  in->home = p->home;
-  in->cfg = p->cfg;
-  in->dir = sbx_state_dir(p->home, id);
-  in->ops = sbx_backend_find(in->meta.backend);
-  if (in->ops == NULL) {
-    sbx_make_error(err, 0, SBX_E_CONFIG, "sandbox %s uses unknown backend '%s'", id,
-                   in->meta.backend);
-    sbx__instance_free(in);
-    return -1;
-  }
-  return 0;
-}
-
-void sbx__instance_free(struct sbx_instance *in)
-{
-  sbx_meta_free(&in->meta);
-  free(in->dir);
-  in->dir = NULL;
-}
-
-/* Removes the sandbox's processes and state. The caller holds locks/<id>. */
-static int instance_destroy(struct sbx_instance *in, sbx_error_t *err)
-{
-  sbx_error_t derr = NULL;
-  int r = in->ops ? in->ops->destroy(in, &derr) : 0;
-  /* A backend that could not stop its sandbox says so (SBX_E_BUSY): never forget one that still
-   * runs, its state is how a later gc or down finds it. (A remote that cannot be reached is
-   * forgotten: its server's own expiry reclaims it.) */
-  bool running = r < 0 && derr && derr->kind == SBX_E_BUSY;
-  if (r < 0) {
-    if (err)
-      *err = derr;
-    else
-      sbx_error_release(&derr);
-  }
-  if (running)
-    return -1;
-  cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
-  cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (pfd >= 0 && sbx_rm_rf_at(pfd, in->meta.id) < 0 && r == 0)
-    r = sbx_make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
-  return r;
-}
-
-/* Destroys whatever is left of id (dead, half-made or live). Caller holds locks/<id>. */
-int sbx__destroy_id(struct sbx_provider_s *p, const char *id, sbx_error_t *err)
-{
-  struct sbx_instance in;
-  sbx_error_t lerr = NULL;
-  if (sbx__instance_load(p, id, &in, &lerr) < 0) {
-    sbx_error_release(&lerr);
-    /* no readable meta: nothing was launched yet, only the folder is left */
-    memset(&in, 0, sizeof in);
-    snprintf(in.meta.id, sizeof in.meta.id, "%s", id);
-    in.home = p->home;
-    in.dir = sbx_state_dir(p->home, id);
-  }
-  int r = instance_destroy(&in, err);
-  sbx__instance_free(&in);
-  return r;
 }
 
 static struct sbx_sandbox_s *held_find(struct sbx_provider_s *p, const char *id)
@@ -197,14 +100,6 @@ static void held_remove(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
     }
 }
 
-void sbx__handle_free(struct sbx_sandbox_s *sb)
-{
-  if (sb->lease_fd >= 0)
-    close(sb->lease_fd);
-  sbx__instance_free(&sb->in);
-  free(sb);
-}
-
 struct candidate {
   char id[SBX_ID_LEN + 1];
   double last_used;
@@ -222,15 +117,15 @@ static int cmp_candidate(const void *a, const void *b)
 static void enforce_cap(struct sbx_provider_s *p, const char *creating)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->home, &ids, NULL) < 0)
+  if (sbx_state_list_ids(p->pool.home, &ids, NULL) < 0)
     return;
   /* fewer folders than the cap: no need to look inside any (a pool far below its cap pays a
    * readdir, not a scan) */
-  if (ids.n <= (size_t) p->cfg->replicas) {
+  if (ids.n <= (size_t) p->pool.cfg->replicas) {
     bool mine = false;
     for (size_t i = 0; i < ids.n && !mine; i++)
       mine = strcmp(ids.v[i], creating) == 0;
-    if (ids.n - mine < (size_t) p->cfg->replicas) {
+    if (ids.n - mine < (size_t) p->pool.cfg->replicas) {
       sbx_strv_free(&ids);
       return;
     }
@@ -242,12 +137,12 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       continue;
     struct sbx_instance in;
     sbx_error_t lerr = NULL;
-    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
+    if (sbx__instance_load(&p->pool, ids.v[i], &in, &lerr) < 0) {
       sbx_error_release(&lerr);
       continue;
     }
     /* held = active, or being created (its creator takes the lease before launching) */
-    bool held = sbx_lease_held(p->home, ids.v[i]);
+    bool held = sbx_lease_held(p->pool.home, ids.v[i]);
     if (!in.meta.managed && (held || in.ops->alive(&in))) {
       count++;
       if (!held) {
@@ -257,22 +152,22 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
     }
     sbx__instance_free(&in);
   }
-  if (count >= (size_t) p->cfg->replicas) {
+  if (count >= (size_t) p->pool.cfg->replicas) {
     qsort(warm, n_warm, sizeof *warm, cmp_candidate);
     bool evicted = false;
     for (size_t i = 0; i < n_warm && !evicted; i++) {
       /* skip one being reclaimed or destroyed right now */
-      int fd = sbx_lock_take(p->home, warm[i].id, true, true, NULL);
+      int fd = sbx_lock_take(p->pool.home, warm[i].id, true, true, NULL);
       if (fd < 0)
         continue;
-      if (!sbx_lease_held(p->home, warm[i].id)) {
+      if (!sbx_lease_held(p->pool.home, warm[i].id)) {
         sbx_error_t derr = NULL;
-        if (sbx__destroy_id(p, warm[i].id, &derr) < 0) {
+        if (sbx__instance_destroy_id(&p->pool, warm[i].id, &derr) < 0) {
           sbx_log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
           sbx_error_release(&derr);
         } else {
           sbx_log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
-          sbx_lock_drop(p->home, warm[i].id, steal_fd(&fd));
+          sbx_lock_drop(p->pool.home, warm[i].id, steal_fd(&fd));
         }
         evicted = true;
       }
@@ -283,7 +178,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       sbx_log(SBX_LOG_WARNING,
               "All %d replica slots are in active use; creating sandbox %s beyond the soft "
               "limit",
-              p->cfg->replicas, creating);
+              p->pool.cfg->replicas, creating);
   }
   free(warm);
   sbx_strv_free(&ids);
@@ -308,110 +203,53 @@ static void meta_forget_backend(struct sbx_meta *m)
 /* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
  * locks/<id>. The replica cap is decided under locks/pool, which is held only until the new
  * sandbox is registered (its folder and lease exist, so the next creator counts it): launches
- * run in parallel. Managed sandboxes are outside the cap and skip the pool lock, and so do
- * spares (p is the spare pool; they have a cap of their own, `spares`).
+ * run in parallel. Managed sandboxes are outside the cap and skip the pool lock (and so do
+ * spares, spares.c: they have a cap of their own, `spares`).
  *
  * A ready spare made for the same configuration is taken instead of launching when there is
  * one: its folder is renamed to id's and the backend adopts it (a name, the user-data folder). */
-struct sbx_sandbox_s *sbx__create(struct sbx_provider_s *p, const char *id, const char *user,
-                                  const char *thread, const struct sbx_create_opts *o,
-                                  sbx_error_t *err)
+static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, const char *user,
+                                    const char *thread, const struct sbx_create_opts *o,
+                                    sbx_error_t *err)
 {
   int pool = -1;
-  if (o == NULL && !p->is_spare_pool) {
-    pool = sbx_lock_take(p->home, LOCK_POOL, true, false, err);
+  if (o == NULL) {
+    pool = sbx_lock_take(p->pool.home, LOCK_POOL, true, false, err);
     if (pool < 0)
       return NULL;
     enforce_cap(p, id);
   }
-  struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
-  sb->lease_fd = -1;
+  cleanup_free char *user_data = NULL;
+  struct sbx_sandbox_s *sb = sbx__handle_new(&p->pool, id, user, thread, o);
   struct sbx_instance *in = &sb->in;
   in->provider = p;
-  in->home = p->home;
-  in->cfg = p->cfg;
-  in->ops = p->ops;
-  in->dir = sbx_state_dir(p->home, id);
-  snprintf(in->meta.id, sizeof in->meta.id, "%s", id);
-  in->meta.user = thread ? xstrdup(user) : NULL;
-  in->meta.thread = thread ? xstrdup(thread) : NULL;
-  in->meta.backend = xstrdup(p->ops->name);
-  in->meta.image = xstrdup(o && o->image ? o->image : p->cfg->image);
-  in->meta.created = in->meta.last_used = sbx_realtime_sec();
-  if (o) {
-    in->meta.managed = true;
-    in->meta.memory_bytes = o->memory_bytes;
-    in->meta.cpus = o->cpus;
-    for (size_t i = 0; i < o->n_env; i++)
-      sbx_strv_push(&in->meta.env, o->env[i]);
-    in->meta.extra = o->extra ? xstrdup(o->extra) : NULL;
-    in->extra_mounts = o->mounts;
-    in->n_extra_mounts = o->n_mounts;
-  }
-  cleanup_free char *user_data = NULL;
   bool adopted = false;
-  if (p->is_spare_pool) {
-    in->meta.spare_key = sbx__spare_key(p, NULL);
-  } else if (p->spares && p->cfg->spares > 0 && p->ops->adopt) {
-    cleanup_free char *key = sbx__spare_key(p, o);
-    adopted = key && sbx__spare_take(p, key, in);
+  if (p->spares && p->pool.cfg->spares > 0 && p->pool.ops->adopt) {
+    cleanup_free char *key = sbx__spare_key(&p->pool, o);
+    adopted = key && sbx__spare_take(p->spares, key, in);
   }
-  if (!adopted && mkdir(in->dir, 0700) < 0 && errno != EEXIST) {
-    sbx_make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
+  if (sbx__instance_register(sb, adopted, err) < 0)
     goto fail;
-  }
-  if (sbx_meta_write(p->home, &in->meta, err) < 0)
-    goto fail;
-  /* lease first: the new sandbox must never look warm (and reapable) to anyone */
-  sb->lease_fd = sbx_lease_take(p->home, id, err);
-  if (sb->lease_fd < 0)
-    goto fail;
-  if (adopted)
-    sbx_lease_touch(p->home, id, sb->lease_fd); /* the spare's lease file dates from its start */
   if (pool >= 0)
     close(steal_fd(&pool));
-  if (thread) {
-    user_data = sbx_thread_dir_ensure(p->home, user, thread, p->ops->data_owner, err);
-  } else if (o == NULL) {
-    user_data = xstrdup(""); /* throw-away: the backend keeps its files inside the sandbox */
-  } else {
-    /* a managed sandbox's files live and die with it */
-    user_data = xasprintf("%s/user-data", in->dir);
-    const char *subs[] = {"", "/workspace", "/uploads", "/outputs"};
-    for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
-      cleanup_free char *d = xasprintf("%s%s", user_data, subs[i]);
-      if (mkdir(d, 0755) < 0 || chown(d, p->ops->data_owner, p->ops->data_owner) < 0) {
-        sbx_make_error(err, errno, SBX_E_IO, "create `%s`", d);
-        free(user_data);
-        user_data = NULL;
-        break;
-      }
-    }
-  }
+  user_data = sbx__instance_user_data(in, err);
   if (user_data == NULL)
     goto fail;
   if (adopted) {
     sbx_error_t aerr = NULL;
-    if (p->ops->adopt(in, user_data, &aerr) == 0)
+    if (p->pool.ops->adopt(in, user_data, &aerr) == 0)
       return sb; /* its meta was written complete above */
     sbx_log(SBX_LOG_WARNING, "sandbox %s: adopting a spare failed (%s); launching a new one", id,
             aerr->msg);
     sbx_error_release(&aerr);
-    p->ops->destroy(in, NULL);
+    p->pool.ops->destroy(in, NULL);
     meta_forget_backend(&in->meta);
   }
-  if (p->ops->create(in, user_data, err) < 0)
-    goto fail;
-  in->extra_mounts = NULL;
-  in->n_extra_mounts = 0;
-  if (sbx_meta_write(p->home, &in->meta, err) < 0)
+  if (sbx__instance_launch(in, user_data, err) < 0)
     goto fail;
   return sb;
 fail:
-  if (err && *err)
-    sbx_error_wrap(err, "create sandbox %s", id);
-  instance_destroy(in, NULL);
-  sbx__handle_free(sb);
+  sbx__instance_create_failed(sb, err);
   if (pool >= 0)
     close(pool);
   return NULL;
@@ -424,24 +262,24 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
 {
   struct sbx_instance in;
   sbx_error_t lerr = NULL;
-  if (sbx__instance_load(p, id, &in, &lerr) < 0) {
+  if (sbx__instance_load(&p->pool, id, &in, &lerr) < 0) {
     bool missing = lerr->kind == SBX_E_NOT_FOUND;
     sbx_error_release(&lerr);
     if (!missing)
-      sbx__destroy_id(p, id, NULL); /* half-made by a crashed process */
+      sbx__instance_destroy_id(&p->pool, id, NULL); /* half-made by a crashed process */
     else {
-      cleanup_free char *dir = sbx_state_dir(p->home, id);
+      cleanup_free char *dir = sbx_state_dir(p->pool.home, id);
       if (access(dir, F_OK) == 0)
-        sbx__destroy_id(p, id, NULL);
+        sbx__instance_destroy_id(&p->pool, id, NULL);
     }
-    return sbx__create(p, id, user, thread, NULL, err);
+    return create(p, id, user, thread, NULL, err);
   }
   if (in.meta.spare_key) {
     /* a spare renamed to this id by a creator that died before writing its own metadata */
     sbx_log(SBX_LOG_INFO, "sandbox %s is a spare its taker left half-made; replacing it", id);
-    instance_destroy(&in, NULL);
+    sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
-    return sbx__create(p, id, user, thread, NULL, err);
+    return create(p, id, user, thread, NULL, err);
   }
   if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
       strcmp(in.meta.thread, thread) != 0) {
@@ -454,34 +292,35 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
   }
   if (!in.ops->alive(&in)) {
     sbx_log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
-    instance_destroy(&in, NULL);
+    sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
-    return sbx__create(p, id, user, thread, NULL, err);
+    return create(p, id, user, thread, NULL, err);
   }
-  bool active = sbx_lease_held(p->home, id);
+  bool active = sbx_lease_held(p->pool.home, id);
   if (!active && !in.meta.paused) {
     sbx_error_t herr = NULL;
     /* BoxLite's health_check_skip_seconds: recently used, a ping proves its init answers */
     double idle = sbx_realtime_sec() - in.meta.last_used;
-    bool recent = p->cfg->health_check_skip_seconds > 0 &&
-                  idle < p->cfg->health_check_skip_seconds && in.ops->ping;
+    bool recent = p->pool.cfg->health_check_skip_seconds > 0 &&
+                  idle < p->pool.cfg->health_check_skip_seconds && in.ops->ping;
     if (recent ? in.ops->ping(&in, &herr) < 0 : health_check(&in, &herr) < 0) {
       sbx_log(SBX_LOG_WARNING, "sandbox %s failed its health check (%s); replacing it", id,
               herr->msg);
       sbx_error_release(&herr);
-      instance_destroy(&in, NULL);
+      sbx__instance_destroy(&in, NULL);
       sbx__instance_free(&in);
-      return sbx__create(p, id, user, thread, NULL, err);
+      return create(p, id, user, thread, NULL, err);
     }
   }
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->in = in;
-  sb->lease_fd = sbx_lease_take(p->home, id, err);
+  sb->in.provider = p; /* the handle's owner, for sbx__sandbox_broken */
+  sb->lease_fd = sbx_lease_take(p->pool.home, id, err);
   if (sb->lease_fd < 0) {
     sbx__handle_free(sb);
     return NULL;
   }
-  sbx_lease_touch(p->home, id, sb->lease_fd);
+  sbx_lease_touch(p->pool.home, id, sb->lease_fd);
   sb->in.meta.last_used = sbx_realtime_sec();
   return sb;
 }
@@ -515,7 +354,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   }
   pthread_mutex_unlock(&p->lock);
 
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
   pthread_mutex_lock(&p->lock);
@@ -525,14 +364,14 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   if (have && !have->broken)
     sb = have;
   else if (thread == NULL)
-    sb = sbx__create(p, id, user, NULL, NULL, err);
+    sb = create(p, id, user, NULL, NULL, err);
   else
     sb = reclaim_or_create(p, id, user, thread, err);
   if (sb && sb != have) {
     pthread_mutex_lock(&p->lock);
     if (p->shut_down) {
       pthread_mutex_unlock(&p->lock);
-      instance_destroy(&sb->in, NULL);
+      sbx__instance_destroy(&sb->in, NULL);
       sbx__handle_free(sb);
       close(lock);
       return sbx_make_error(err, 0, SBX_E_SHUTDOWN,
@@ -560,12 +399,12 @@ sbx_sandbox_t *sbx_get(sbx_provider_t *p, const char *id)
 static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, bool release, sbx_error_t *err)
 {
   int r = 0;
-  int lock = sbx_lock_take(p->home, sb->in.meta.id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, sb->in.meta.id, true, false, err);
   if (lock < 0)
     return -1;
   if (release && !sb->broken && !p->shut_down && sb->in.ops->on_release && sb->in.meta.thread) {
     cleanup_free char *user_data = sbx_thread_dir_ensure(
-        p->home, sb->in.meta.user, sb->in.meta.thread, sb->in.ops->data_owner, NULL);
+        p->pool.home, sb->in.meta.user, sb->in.meta.thread, sb->in.ops->data_owner, NULL);
     if (user_data)
       sb->in.ops->on_release(&sb->in, user_data);
   }
@@ -573,10 +412,10 @@ static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, bool release
     close(sb->lease_fd);
     sb->lease_fd = -1;
     if (!sb->broken) /* a broken one was destroyed already */
-      r = instance_destroy(&sb->in, err);
+      r = sbx__instance_destroy(&sb->in, err);
   } else {
     /* last-used first, then the lease: whoever sees it warm also sees the new time */
-    sbx_lease_touch(p->home, sb->in.meta.id, sb->lease_fd);
+    sbx_lease_touch(p->pool.home, sb->in.meta.id, sb->lease_fd);
     close(sb->lease_fd);
     sb->lease_fd = -1;
   }
@@ -604,13 +443,13 @@ int sbx_park(sbx_provider_t *p, const char *id, sbx_error_t *err)
     return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
   if (sbx_get(p, id))
     return sbx_release(p, id, err);
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
   struct sbx_meta m;
-  int r = sbx_meta_read(p->home, id, &m, err);
+  int r = sbx_meta_read(p->pool.home, id, &m, err);
   if (r == 0) {
-    sbx_lease_touch(p->home, id, -1);
+    sbx_lease_touch(p->pool.home, id, -1);
     sbx_meta_free(&m);
   }
   close(lock);
@@ -634,10 +473,10 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
     return NULL;
   char id[SBX_ID_LEN + 1];
   sbx_random_hex(id, SBX_ID_LEN);
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
-  struct sbx_sandbox_s *sb = sbx__create(p, id, "default", NULL, o ? o : &none, err);
+  struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
   close(lock);
   if (sb)
     hold(p, sb);
@@ -651,25 +490,26 @@ sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
   struct sbx_sandbox_s *have = sbx_get(p, id);
   if (have)
     return have;
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->lease_fd = -1;
   sbx_error_t lerr = NULL;
-  if (sbx__instance_load(p, id, &sb->in, &lerr) < 0) {
+  if (sbx__instance_load(&p->pool, id, &sb->in, &lerr) < 0) {
     bool missing = lerr->kind == SBX_E_NOT_FOUND;
     sbx_error_release(&lerr);
     free(sb);
     close(lock);
     return sbx_make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
   }
+  sb->in.provider = p;
   if (!sb->in.ops->alive(&sb->in)) {
     sbx__handle_free(sb);
     close(lock);
     return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s is not running", id), NULL;
   }
-  sb->lease_fd = sbx_lease_take(p->home, id, err);
+  sb->lease_fd = sbx_lease_take(p->pool.home, id, err);
   close(lock);
   if (sb->lease_fd < 0) {
     sbx__handle_free(sb);
@@ -695,15 +535,15 @@ static int meta_update(struct sbx_provider_s *p, const char *id,
 {
   if (!sbx_id_valid(id))
     return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
   struct sbx_meta m;
-  int r = sbx_meta_read(p->home, id, &m, err);
+  int r = sbx_meta_read(p->pool.home, id, &m, err);
   if (r == 0) {
     r = fn(&m, arg, err);
     if (r == 0)
-      r = sbx_meta_write(p->home, &m, err);
+      r = sbx_meta_write(p->pool.home, &m, err);
     sbx_meta_free(&m);
   }
   close(lock);
@@ -734,7 +574,7 @@ int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error
 char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err)
 {
   struct sbx_meta m;
-  if (sbx_meta_read(p->home, id, &m, err) < 0)
+  if (sbx_meta_read(p->pool.home, id, &m, err) < 0)
     return NULL;
   char *r = xstrdup(m.extra ? m.extra : "{}");
   sbx_meta_free(&m);
@@ -745,7 +585,7 @@ static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
 {
   struct sbx_provider_s *p = ((void **) arg)[0];
   bool paused = *(bool *) ((void **) arg)[1];
-  struct sbx_instance in = {.provider = p, .home = p->home, .cfg = p->cfg, .meta = *m};
+  struct sbx_instance in = {.provider = p, .home = p->pool.home, .cfg = p->pool.cfg, .meta = *m};
   in.ops = sbx_backend_find(m->backend);
   if (in.ops == NULL || in.ops->pause == NULL)
     return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
@@ -784,8 +624,8 @@ void sbx__sandbox_broken(sbx_sandbox_t *sb)
   sbx_log(SBX_LOG_WARNING, "sandbox %s is broken; evicting it", sb->in.meta.id);
   close(sb->lease_fd);
   sb->lease_fd = -1;
-  int lock = sbx_lock_take(p->home, sb->in.meta.id, true, false, NULL);
-  instance_destroy(&sb->in, NULL);
+  int lock = sbx_lock_take(p->pool.home, sb->in.meta.id, true, false, NULL);
+  sbx__instance_destroy(&sb->in, NULL);
   if (lock >= 0)
     close(lock);
 }
@@ -801,15 +641,15 @@ int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
   pthread_mutex_unlock(&p->lock);
   if (sb)
     sbx__handle_free(sb);
-  cleanup_free char *dir = sbx_state_dir(p->home, id);
+  cleanup_free char *dir = sbx_state_dir(p->pool.home, id);
   if (access(dir, F_OK) < 0)
     return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id);
-  int lock = sbx_lock_take(p->home, id, true, false, err);
+  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
-  int r = sbx__destroy_id(p, id, err);
+  int r = sbx__instance_destroy_id(&p->pool, id, err);
   if (r == 0)
-    sbx_lock_drop(p->home, id, lock);
+    sbx_lock_drop(p->pool.home, id, lock);
   else
     close(lock);
   return r;
@@ -852,111 +692,24 @@ int sbx_shutdown(sbx_provider_t *p, sbx_error_t *err)
     sb = next;
   }
   int r = 0;
-  if (p->spares && sbx_shutdown(p->spares, err) < 0)
+  if (p->spares && sbx__spares_shutdown(p->spares, err) < 0)
     r = -1;
-  /* Fillers asked for before now must not start (the stamp), and one at work (another
-   * process) finishes its round first (the lock): either would leave spares behind. */
-  if (p->is_spare_pool) {
-    cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, p->home);
-    cleanup_close int fd = open(stamp, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || futimens(fd, NULL) < 0)
-      sbx_log(SBX_LOG_WARNING, "shutdown: stamp `%s`: %s", stamp, strerror(errno));
-  }
-  cleanup_close int fill =
-      p->is_spare_pool ? sbx_lock_take(p->home, SBX_LOCK_FILL, true, false, NULL) : -1;
-  (void) fill; /* held to the end of the scope (clang's -Wunused-variable) */
-  sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->home, &ids, err) < 0)
-    return -1;
-  for (size_t i = 0; i < ids.n; i++) {
-    int lock = sbx_lock_take(p->home, ids.v[i], true, false, NULL);
-    sbx_error_t e = NULL;
-    if (sbx__destroy_id(p, ids.v[i], &e) < 0) {
-      sbx_log(SBX_LOG_WARNING, "shutdown: %s", e->msg);
-      if (err && *err == NULL)
-        *err = e;
-      else
-        sbx_error_release(&e);
-      r = -1;
-      if (lock >= 0)
-        close(lock);
-    } else {
-      sbx_lock_drop(p->home, ids.v[i], lock);
-    }
-  }
-  sbx_strv_free(&ids);
+  if (sbx__pool_destroy_all(&p->pool, err) < 0)
+    r = -1;
   return r;
-}
-
-/* Lock files of sandboxes that are gone (left by a process that died, or by versions that never
- * removed them): free ones are dropped, so locks/ does not grow with every sandbox ever made. */
-static void prune_locks(struct sbx_provider_s *p)
-{
-  cleanup_free char *dir = xasprintf("%s/locks", p->home);
-  cleanup_dir DIR *d = opendir(dir);
-  if (d == NULL)
-    return;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    if (!sbx_id_valid(de->d_name))
-      continue; /* pool, fill, down, gc-stamp */
-    cleanup_free char *sandbox = sbx_state_dir(p->home, de->d_name);
-    if (access(sandbox, F_OK) == 0)
-      continue;
-    int fd = sbx_lock_take(p->home, de->d_name, true, true, NULL);
-    if (fd < 0)
-      continue; /* in use: being created */
-    if (access(sandbox, F_OK) < 0 && errno == ENOENT)
-      sbx_lock_drop(p->home, de->d_name, fd);
-    else
-      close(fd);
-  }
 }
 
 int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
 {
-  sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->home, &ids, err) < 0)
+  int removed = sbx__pool_reap(&p->pool, err);
+  if (removed < 0)
     return -1;
-  int removed = 0;
-  double now = sbx_realtime_sec();
-  for (size_t i = 0; i < ids.n; i++) {
-    int lock = sbx_lock_take(p->home, ids.v[i], true, true, NULL);
-    if (lock < 0)
-      continue; /* busy: being created, reclaimed or destroyed */
-    struct sbx_instance in;
-    sbx_error_t lerr = NULL;
-    const char *why = NULL;
-    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
-      sbx_error_release(&lerr);
-      why = "half-made";
-      sbx__destroy_id(p, ids.v[i], NULL);
-    } else {
-      if (!in.ops->alive(&in))
-        why = "dead";
-      else if (p->cfg->idle_timeout > 0 && !in.meta.managed && !sbx_lease_held(p->home, ids.v[i]) &&
-               now - in.meta.last_used > (double) p->cfg->idle_timeout)
-        why = "idle";
-      if (why)
-        instance_destroy(&in, NULL);
-      sbx__instance_free(&in);
-    }
-    if (why) {
-      sbx_log(SBX_LOG_INFO, "reaped sandbox %s (%s)", ids.v[i], why);
-      removed++;
-      sbx_lock_drop(p->home, ids.v[i], lock);
-    } else {
-      close(lock);
-    }
-  }
-  sbx_strv_free(&ids);
-  prune_locks(p);
   if (p->spares) {
-    int r = sbx_gc(p->spares, NULL);
+    int r = sbx__spares_gc(p->spares);
     removed += r > 0 ? r : 0;
   }
-  if (p->ops->sweep && !p->is_spare_pool)
-    p->ops->sweep();
+  if (p->pool.ops->sweep)
+    p->pool.ops->sweep();
   return removed;
 }
 
@@ -965,7 +718,7 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
   *out = NULL;
   *n = 0;
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->home, &ids, err) < 0)
+  if (sbx_state_list_ids(p->pool.home, &ids, err) < 0)
     return -1;
   struct sbx_sandbox_info *v = xzalloc((ids.n + 1) * sizeof *v);
   size_t k = 0;
@@ -973,7 +726,7 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
     struct sbx_instance in;
     sbx_error_t lerr = NULL;
     struct sbx_sandbox_info *info = &v[k];
-    if (sbx__instance_load(p, ids.v[i], &in, &lerr) < 0) {
+    if (sbx__instance_load(&p->pool, ids.v[i], &in, &lerr) < 0) {
       sbx_error_release(&lerr);
       continue; /* being created */
     }
@@ -986,11 +739,11 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
     info->last_used = in.meta.last_used;
     info->paused = in.meta.paused;
     bool alive = in.ops->alive(&in);
-    info->state = !alive                              ? SBX_STATE_DEAD
-                  : sbx_lease_held(p->home, ids.v[i]) ? SBX_STATE_ACTIVE
-                                                      : SBX_STATE_WARM;
+    info->state = !alive                                   ? SBX_STATE_DEAD
+                  : sbx_lease_held(p->pool.home, ids.v[i]) ? SBX_STATE_ACTIVE
+                                                           : SBX_STATE_WARM;
     info->memory = alive && in.ops->memory ? in.ops->memory(&in) : -1;
-    sbx_lease_owners(p->home, ids.v[i], &info->owners, &info->n_owners);
+    sbx_lease_owners(p->pool.home, ids.v[i], &info->owners, &info->n_owners);
     sbx__instance_free(&in);
     k++;
   }
@@ -1011,14 +764,26 @@ void sbx_sandbox_info_free(struct sbx_sandbox_info *infos, size_t n)
   free(infos);
 }
 
+int sbx_spares_ready(sbx_provider_t *p)
+{
+  return p->spares ? sbx__spares_ready(p->spares) : 0;
+}
+
+int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err)
+{
+  if (p->spares == NULL || p->shut_down)
+    return 0;
+  return sbx__spares_fill(p->spares, &p->shut_down, err);
+}
+
 void sbx_provider_free(sbx_provider_t *p)
 {
   if (p == NULL)
     return;
   sbx_reset(p, NULL);
-  sbx_provider_free(p->spares);
+  sbx__spares_free(p->spares);
   pthread_mutex_destroy(&p->lock);
   sbx_config_free(p->owned_cfg);
-  free(p->home);
+  sbx__pool_close(&p->pool);
   free(p);
 }

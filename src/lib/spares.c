@@ -2,20 +2,22 @@
  * instead of a launch (configuration key `spares`, docs/lifecycle.md).
  *
  * The spare pool is a pool of its own over $home/spare (same layout: sandboxes/, locks/), held
- * by the provider as p->spares. A spare is a throw-away sandbox made for one configuration
- * (meta spare_key: backend, image, pids, network, /tmp and home sizes, mounts). Taking one, under
- * the new sandbox's own lock: lock the spare (skipping busy ones), check it is alive and made for
- * the configuration wanted, rename its folder to the new id's (atomic; RENAME_NOREPLACE), then the
- * backend adopts it (ops->adopt: its name, the user-data folder). Filling runs the ordinary create
- * in the spare pool under locks/fill, so one filler per home works at a time; front-ends run it in
- * the background (sbxd: a thread; the CLI: a detached process after a verb that took one).
+ * by the provider as p->spares (struct sbx_spares, over the instance layer like the provider). A
+ * spare is a throw-away sandbox made for one configuration (meta spare_key: backend, image, pids,
+ * network, /tmp and home sizes, mounts). Taking one, under the new sandbox's own lock: lock the
+ * spare (skipping busy ones), check it is alive and made for the configuration wanted, rename its
+ * folder to the new id's (atomic; RENAME_NOREPLACE), then the backend adopts it (ops->adopt: its
+ * name, the user-data folder). Filling runs the instance layer's create in the spare pool under
+ * locks/fill, so one filler per home works at a time; front-ends run it in the background (sbxd:
+ * a thread; the CLI: a detached process after a verb that took one).
  *
  * `down` (sbx_shutdown) stamps spare/locks/down first: a fill asked for before it (the CLI's
  * detached filler of the verb before) does nothing, one already running is waited for.
  *
  * Spares are outside the replica cap and are idle-reaped like warm sandboxes (gc, and their
  * init's own idle expiry), so an idle host drops back to none; the next fill makes them again. */
-#include "internal.h"
+#include "spares.h"
+#include "log.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -23,9 +25,29 @@
 #include <string.h>
 #include <sys/stat.h>
 
-char *sbx__spare_key(const struct sbx_provider_s *p, const struct sbx_create_opts *o)
+struct sbx_spares *sbx__spares_new(const char *home, const struct sbx_config *cfg, sbx_error_t *err)
 {
-  const struct sbx_config *c = p->cfg;
+  struct sbx_spares *sp = xzalloc(sizeof *sp);
+  cleanup_free char *spare_home = xasprintf("%s/spare", home);
+  if (sbx__pool_open(&sp->pool, spare_home, cfg, err) < 0) {
+    free(sp);
+    return NULL;
+  }
+  sp->since = sbx_realtime_sec();
+  return sp;
+}
+
+void sbx__spares_free(struct sbx_spares *sp)
+{
+  if (sp == NULL)
+    return;
+  sbx__pool_close(&sp->pool);
+  free(sp);
+}
+
+char *sbx__spare_key(const struct sbx_pool *pool, const struct sbx_create_opts *o)
+{
+  const struct sbx_config *c = pool->cfg;
   const char *image = c->image ? c->image : "host";
   /* a spare has no extra mounts; memory and CPU limits are set when it is adopted */
   if (o && o->n_mounts)
@@ -33,7 +55,7 @@ char *sbx__spare_key(const struct sbx_provider_s *p, const struct sbx_create_opt
   if (o && o->image)
     image = o->image;
   sbx_buf_t b = {0};
-  sbx_buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", p->ops->name, image,
+  sbx_buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", pool->ops->name, image,
                  (long long) c->pids, c->network ? c->network : "none",
                  (unsigned long long) c->tmp_size_mib, (unsigned long long) c->home_size_mib);
   for (size_t i = 0; i < c->n_mounts; i++) {
@@ -50,7 +72,7 @@ char *sbx__spare_key(const struct sbx_provider_s *p, const struct sbx_create_opt
 
 /* Is spare `id` of pool sp alive and made for key? Destroys it if it is dead or made for another
  * configuration. Caller holds sp's locks/<id>. */
-static bool spare_usable(struct sbx_provider_s *sp, const char *id, const char *key,
+static bool spare_usable(const struct sbx_pool *sp, const char *id, const char *key,
                          struct sbx_meta *out)
 {
   struct sbx_instance in;
@@ -65,7 +87,7 @@ static bool spare_usable(struct sbx_provider_s *sp, const char *id, const char *
     sbx_log(SBX_LOG_INFO, "removing spare %s (%s)", id,
             in.ops->alive(&in) ? "made for another configuration" : "dead");
     sbx__instance_free(&in);
-    sbx__destroy_id(sp, id, NULL);
+    sbx__instance_destroy_id(sp, id, NULL);
     return false;
   }
   if (ok && out) {
@@ -76,11 +98,13 @@ static bool spare_usable(struct sbx_provider_s *sp, const char *id, const char *
   return ok;
 }
 
-bool sbx__spare_take(struct sbx_provider_s *p, const char *key, struct sbx_instance *in)
+bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_instance *in)
 {
-  struct sbx_provider_s *sp = p->spares;
+  if (spares == NULL)
+    return false;
+  const struct sbx_pool *sp = &spares->pool;
   sbx_strv_t ids = {0};
-  if (sp == NULL || sbx_state_list_ids(sp->home, &ids, NULL) < 0)
+  if (sbx_state_list_ids(sp->home, &ids, NULL) < 0)
     return false;
   bool taken = false;
   for (size_t i = 0; i < ids.n && !taken; i++) {
@@ -113,7 +137,7 @@ bool sbx__spare_take(struct sbx_provider_s *p, const char *key, struct sbx_insta
 }
 
 /* Spares of sp made for key, alive or being made; dead and stale ones are removed. */
-static int spares_count(struct sbx_provider_s *sp, const char *key)
+static int spares_count(const struct sbx_pool *sp, const char *key)
 {
   sbx_strv_t ids = {0};
   if (sbx_state_list_ids(sp->home, &ids, NULL) < 0)
@@ -132,27 +156,27 @@ static int spares_count(struct sbx_provider_s *sp, const char *key)
   return n;
 }
 
-int sbx_spares_ready(sbx_provider_t *p)
+int sbx__spares_ready(const struct sbx_spares *sp)
 {
   sbx_strv_t ids = {0};
-  if (p->spares == NULL || sbx_state_list_ids(p->spares->home, &ids, NULL) < 0)
+  if (sbx_state_list_ids(sp->pool.home, &ids, NULL) < 0)
     return 0;
   int n = (int) ids.n;
   sbx_strv_free(&ids);
   return n;
 }
 
-int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err)
+int sbx__spares_fill(struct sbx_spares *spares, const bool *stop, sbx_error_t *err)
 {
-  struct sbx_provider_s *sp = p->spares;
-  if (sp == NULL || p->cfg->spares <= 0 || p->ops->adopt == NULL || p->shut_down)
+  const struct sbx_pool *sp = &spares->pool;
+  if (sp->cfg->spares <= 0 || sp->ops->adopt == NULL || *stop)
     return 0;
   int fill = sbx_lock_take(sp->home, SBX_LOCK_FILL, true, true, NULL);
   if (fill < 0)
     return 0; /* another process is filling */
   /* a `down` since this was asked for (since the provider was made, or the last call) wins */
-  double since = p->spares_since;
-  p->spares_since = sbx_realtime_sec();
+  double since = spares->since;
+  spares->since = sbx_realtime_sec();
   cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, sp->home);
   struct stat st;
   if (stat(stamp, &st) == 0 &&
@@ -162,7 +186,7 @@ int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err)
   }
   cleanup_free char *key = sbx__spare_key(sp, NULL);
   int have = spares_count(sp, key), made = 0, r = 0;
-  while (have < p->cfg->spares && !p->shut_down) {
+  while (have < sp->cfg->spares && !*stop) {
     char id[SBX_ID_LEN + 1];
     sbx_random_hex(id, SBX_ID_LEN);
     int lock = sbx_lock_take(sp->home, id, true, false, err);
@@ -170,16 +194,39 @@ int sbx_spares_fill(sbx_provider_t *p, sbx_error_t *err)
       r = -1;
       break;
     }
-    struct sbx_sandbox_s *sb = sbx__create(sp, id, "default", NULL, NULL, err);
-    close(lock);
-    if (sb == NULL) {
+    /* a throw-away sandbox in the spare pool, outside every cap but `spares` */
+    struct sbx_sandbox_s *sb = sbx__handle_new(sp, id, "default", NULL, NULL);
+    sb->in.meta.spare_key = xstrdup(key);
+    if (sbx__instance_register(sb, false, err) < 0 || sbx__instance_launch(&sb->in, "", err) < 0) {
+      sbx__instance_create_failed(sb, err);
+      close(lock);
       r = -1;
       break;
     }
+    close(lock);
     sbx__handle_free(sb); /* drops the lease: a ready spare is an unleased one */
     have++;
     made++;
   }
   close(fill);
   return r < 0 ? -1 : made;
+}
+
+int sbx__spares_gc(struct sbx_spares *sp)
+{
+  return sbx__pool_reap(&sp->pool, NULL);
+}
+
+int sbx__spares_shutdown(struct sbx_spares *spares, sbx_error_t *err)
+{
+  const struct sbx_pool *sp = &spares->pool;
+  /* Fillers asked for before now must not start (the stamp), and one at work (another
+   * process) finishes its round first (the lock): either would leave spares behind. */
+  cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, sp->home);
+  cleanup_close int fd = open(stamp, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || futimens(fd, NULL) < 0)
+    sbx_log(SBX_LOG_WARNING, "shutdown: stamp `%s`: %s", stamp, strerror(errno));
+  cleanup_close int fill = sbx_lock_take(sp->home, SBX_LOCK_FILL, true, false, NULL);
+  (void) fill; /* held to the end of the scope (clang's -Wunused-variable) */
+  return sbx__pool_destroy_all(sp, err);
 }

@@ -1,7 +1,7 @@
-/* The on-disk pool shared by every process on a host (layout in internal.h). Files are
+/* The on-disk pool shared by every process on a host (layout in state.h). Files are
  * written atomically (temp + rename); coordination is by flock, which the kernel releases when
  * a process dies, so a crashed front-end can never leave a lock or a lease behind. */
-#include "internal.h"
+#include "state.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -50,11 +50,9 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
     return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO,
                           "sandbox %s: read `%s`", id, path);
   json_error_t je;
-  json_t *o = json_loadb(data, len, 0, &je);
-  if (o == NULL || !json_is_object(o)) {
-    json_decref(o);
+  json_auto_t *o = json_loadb(data, len, 0, &je);
+  if (o == NULL || !json_is_object(o))
     return sbx_make_error(err, 0, SBX_E_IO, "sandbox %s: corrupt `%s`", id, path);
-  }
   snprintf(m->id, sizeof m->id, "%s", id);
   m->user = dup_json_str(o, "user");
   m->thread = dup_json_str(o, "thread");
@@ -89,7 +87,6 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   json_t *extra = json_object_get(o, "extra");
   if (json_is_object(extra))
     m->extra = json_dumps(extra, JSON_COMPACT | JSON_SORT_KEYS);
-  json_decref(o);
   if (m->backend == NULL)
     m->backend = xstrdup("linux");
   return 0;

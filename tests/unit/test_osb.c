@@ -116,12 +116,44 @@ static void test_sync_names(void **state)
   assert_false(ok("new\nline"));
 }
 
+static void test_url_escape(void **state)
+{
+  (void) state;
+  char *e = osb_url_escape("a-Z_0.9~");
+  assert_string_equal(e, "a-Z_0.9~"); /* unreserved: as is */
+  free(e);
+  e = osb_url_escape("/a b?x=1&y=%\xc3\xa9");
+  assert_string_equal(e, "%2Fa%20b%3Fx%3D1%26y%3D%25%C3%A9");
+  free(e);
+}
+
+/* A file's name is the sandbox's (any byte but / and NUL): it must stay inside its quoted
+ * parameter, whichever bytes it has. */
+static void test_multipart_filename(void **state)
+{
+  (void) state;
+  sbx_buf_t b = {0};
+  osb_multipart_append(&b, "BND", "file", "plain.txt", "text/plain", "x", 1);
+  sbx_buf_putc(&b, '\0');
+  assert_non_null(strstr(b.data, "name=\"file\"; filename=\"plain.txt\"\r\n")); /* control */
+  sbx_buf_free(&b);
+  osb_multipart_append(&b, "BND", "file", "a\"b\r\nX-Injected: 1\r\n\r\n", "text/plain", "x", 1);
+  osb_multipart_end(&b, "BND");
+  sbx_buf_putc(&b, '\0');
+  assert_null(strstr(b.data, "\r\nX-Injected"));
+  assert_non_null(strstr(b.data, "filename=\"a%22b%0D%0AX-Injected: 1%0D%0A%0D%0A\"\r\n"));
+  assert_string_equal(b.data, "--BND\r\nContent-Disposition: form-data; name=\"file\"; "
+                              "filename=\"a%22b%0D%0AX-Injected: 1%0D%0A%0D%0A\"\r\n"
+                              "Content-Type: text/plain\r\n\r\nx\r\n--BND--\r\n");
+  sbx_buf_free(&b);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sse_framings),
-      cmocka_unit_test(test_sse_overlong_line),
-      cmocka_unit_test(test_sync_names),
+      cmocka_unit_test(test_sse_framings),       cmocka_unit_test(test_sse_overlong_line),
+      cmocka_unit_test(test_sync_names),         cmocka_unit_test(test_url_escape),
+      cmocka_unit_test(test_multipart_filename),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

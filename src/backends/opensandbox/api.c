@@ -44,12 +44,10 @@ int osb_remote_load(struct sbx_instance *in, struct osb_remote *r, sbx_error_t *
   r->cfg = in->cfg;
   if (in->meta.remote_id == NULL || in->meta.backend_json == NULL)
     return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s has no remote", in->meta.id);
-  json_t *o = json_loads(in->meta.backend_json, 0, NULL);
+  json_auto_t *o = json_loads(in->meta.backend_json, 0, NULL);
   const char *execd = json_string_value(json_object_get(o, "execd"));
-  if (execd == NULL) {
-    json_decref(o);
+  if (execd == NULL)
     return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s: no execd endpoint", in->meta.id);
-  }
   r->id = xstrdup(in->meta.remote_id);
   r->execd = xstrdup(execd);
   const char *k;
@@ -59,7 +57,6 @@ int osb_remote_load(struct sbx_instance *in, struct osb_remote *r, sbx_error_t *
     if (json_is_string(v))
       sbx_strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
   }
-  json_decref(o);
   api_headers(r->cfg, &r->hdrs);
   return 0;
 }
@@ -201,13 +198,11 @@ int osb_endpoint(struct osb_remote *r, int port, sbx_error_t *err)
     osb_http_resp_free(&resp);
     return -1;
   }
-  json_t *o = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len, 0, NULL);
+  json_auto_t *o = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len, 0, NULL);
   osb_http_resp_free(&resp);
   const char *ep = json_string_value(json_object_get(o, "endpoint"));
-  if (ep == NULL) {
-    json_decref(o);
+  if (ep == NULL)
     return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "execd endpoint reply without endpoint");
-  }
   free(r->execd);
   size_t n = strlen(ep);
   while (n && ep[n - 1] == '/')
@@ -225,7 +220,6 @@ int osb_endpoint(struct osb_remote *r, int port, sbx_error_t *err)
       sbx_strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
   }
   api_headers(r->cfg, &r->hdrs);
-  json_decref(o);
   return 0;
 }
 
@@ -564,10 +558,7 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
     req.body_len = body.len;
     req.timeout_s = request_timeout(r->cfg) + (double) len / (1 << 20);
   } else {
-    sbx_buf_printf(&prefix,
-                   "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
-                   "Content-Type: application/octet-stream\r\n\r\n",
-                   boundary, base);
+    osb_multipart_head(&prefix, boundary, "file", base, "application/octet-stream");
     src = (struct upload_src){.prefix = prefix.data,
                               .prefix_len = prefix.len,
                               .fd = fd,

@@ -179,7 +179,6 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
   if (o && o->background) {
     res->out = xstrdup("");
     res->err = xstrdup("");
-    res->output = xstrdup("(no output)");
     osb_cmd_result_free(&cr);
     return 0;
   }
@@ -201,11 +200,6 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
   res->err_total = cr.err_total;
   res->out = sbx_buf_steal(&cr.out);
   res->err = sbx_buf_steal(&cr.err);
-  if (o && o->discard_output)
-    res->out_total = res->err_total = 0;
-  sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
-                          res->err_len, res->err_total, res->exit_code, res->timed_out};
-  res->output = sbx_exec_render(&eo);
   osb_cmd_result_free(&cr);
   return 0;
 }

@@ -17,8 +17,6 @@ static struct {
   const char *(*easy_strerror)(CURLcode);
   struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
   void (*slist_free_all)(struct curl_slist *);
-  char *(*easy_escape)(CURL *, const char *, int);
-  void (*free)(void *);
   CURLcode (*global_init)(long);
   bool ok;
   char error[256];
@@ -49,8 +47,6 @@ static void cu_load(void)
   SYM(easy_strerror, "curl_easy_strerror");
   SYM(slist_append, "curl_slist_append");
   SYM(slist_free_all, "curl_slist_free_all");
-  SYM(easy_escape, "curl_easy_escape");
-  SYM(free, "curl_free");
   SYM(global_init, "curl_global_init");
 #undef SYM
   /* once, before any thread uses curl (pthread_once makes this thread-safe) */
@@ -204,6 +200,8 @@ void osb_http_resp_free(struct osb_http_resp *resp)
   resp->request_id = NULL;
 }
 
+/* Ours rather than curl_easy_escape: the same RFC 3986 rule, and a URL can be built (and
+ * tested) without loading libcurl. */
 char *osb_url_escape(const char *s)
 {
   static const char hex[] = "0123456789ABCDEF";
@@ -220,14 +218,30 @@ char *osb_url_escape(const char *s)
   return sbx_buf_steal(&b);
 }
 
+void osb_multipart_head(sbx_buf_t *body, const char *boundary, const char *name,
+                        const char *filename, const char *content_type)
+{
+  sbx_buf_printf(body, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"", boundary,
+                 name);
+  /* the HTML standard's multipart/form-data escapes: nothing in a name ends the parameter */
+  for (const char *p = filename; *p; p++) {
+    if (*p == '"')
+      sbx_buf_puts(body, "%22");
+    else if (*p == '\r')
+      sbx_buf_puts(body, "%0D");
+    else if (*p == '\n')
+      sbx_buf_puts(body, "%0A");
+    else
+      sbx_buf_putc(body, *p);
+  }
+  sbx_buf_printf(body, "\"\r\nContent-Type: %s\r\n\r\n", content_type);
+}
+
 void osb_multipart_append(sbx_buf_t *body, const char *boundary, const char *name,
                           const char *filename, const char *content_type, const void *data,
                           size_t len)
 {
-  sbx_buf_printf(body,
-                 "--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s\"\r\n"
-                 "Content-Type: %s\r\n\r\n",
-                 boundary, name, filename, content_type);
+  osb_multipart_head(body, boundary, name, filename, content_type);
   sbx_buf_append(body, data, len);
   sbx_buf_puts(body, "\r\n");
 }

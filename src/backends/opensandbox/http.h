@@ -46,7 +46,11 @@ void osb_http_resp_free(struct osb_http_resp *resp);
 /* Percent-encodes s for a query string value. */
 char *osb_url_escape(const char *s);
 
-/* Multipart body with one or more (metadata JSON, file bytes) pairs, as execd's upload wants. */
+/* Multipart body with one or more (metadata JSON, file bytes) pairs, as execd's upload wants.
+ * head writes one part's header alone (the file's bytes may follow from a stream); filename may
+ * hold any byte but NUL. */
+void osb_multipart_head(sbx_buf_t *body, const char *boundary, const char *name,
+                        const char *filename, const char *content_type);
 void osb_multipart_append(sbx_buf_t *body, const char *boundary, const char *name,
                           const char *filename, const char *content_type, const void *data,
                           size_t len);

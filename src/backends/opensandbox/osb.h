@@ -8,7 +8,8 @@
 #include <jansson.h>
 #include <sbx/sbx.h>
 
-#include "../../lib/internal.h"
+#include "../../lib/backend.h"
+#include "../../lib/log.h"
 #include "http.h"
 
 /* One remote sandbox as a client sees it. */

@@ -1,10 +1,11 @@
 /* The linux backend, host side: create runs the launcher (`sbx-init launch`, a fresh
  * single-threaded process, so namespaces can be made whatever threads the caller has), destroy
  * kills the sandbox's PID 1 (the kernel then kills everything in its pid namespace) and removes
- * its cgroup. Contract operations go to sbx-init (client.c). */
+ * its cgroup. Contract operations go to sbx-init (agent_client.c). */
+#include "agent_client.h"
 #include "linux.h"
+#include "log.h"
 #include "proto.h"
-#include "../../lib/internal.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -16,41 +17,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#ifndef SBX_LIBEXECDIR
-#define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
-#endif
-#ifndef SBX_LIBEXEC_FROM_BIN
-#define SBX_LIBEXEC_FROM_BIN "../libexec/sbx"
-#endif
-
 extern char **environ;
-
-/* $SBX_INIT, else next to the running executable (a build folder), else where an install put it
- * relative to the executable (bin/../libexec/sbx: an install moved to another prefix), else the
- * configured install location. */
-char *sbx__init_path(void)
-{
-  const char *env = getenv("SBX_INIT");
-  if (env && *env)
-    return xstrdup(env);
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash) {
-      *slash = '\0';
-      static const char *const rel[] = {"", "/" SBX_LIBEXEC_FROM_BIN};
-      for (size_t i = 0; i < ARRAY_SIZE(rel); i++) {
-        char *p = xasprintf("%s%s/sbx-init", self, rel[i]);
-        if (access(p, X_OK) == 0)
-          return p;
-        free(p);
-      }
-    }
-  }
-  return xstrdup(SBX_LIBEXECDIR "/sbx-init");
-}
 
 /* The launcher resolves every mount source without following symlinks (a sandbox that can write
  * next to a source could swap a component for one). The configuration's sources are the

@@ -1,8 +1,9 @@
 /* The contract over sbx-init's protocol (proto.h), used by every backend whose sandboxes run
  * sbx-init locally. One connection per operation: connecting costs microseconds and keeps
  * concurrent operations on one sandbox independent. A broken or silent channel is a terminal
- * (SBX_E_BACKEND) error: the caller evicts the sandbox; nothing is retried. */
-#include "internal.h"
+ * (SBX_E_BACKEND) error: the caller evicts the sandbox; nothing is retried. Every operation is
+ * request() (connect, deadline, the request frame) then read_answer() (its frames up to OK). */
+#include "agent_client.h"
 #include "proto.h"
 #include "text.h"
 
@@ -23,7 +24,7 @@ static int channel_error(int e, const char *what, sbx_error_t *err)
   return sbx_make_error(err, e, SBX_E_BACKEND, "sandbox channel broken (%s)", what);
 }
 
-int sbx__agent_connect(const char *dir, sbx_error_t *err)
+static int agent_connect(const char *dir, sbx_error_t *err)
 {
   cleanup_close int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
@@ -62,109 +63,118 @@ static int unexpected(uint16_t type, const char *what, sbx_error_t *err)
                         type, what);
 }
 
-static int send_req(int fd, uint16_t type, const sbx_tlv_writer_t *w, const char *what,
-                    sbx_error_t *err)
+/* Connects to the sandbox's sbx-init, sets the receive timeout and sends one request frame: the
+ * one way every operation starts. Returns the connection. */
+static int request(const char *dir, uint16_t type, const void *req, size_t len, int timeout_ms,
+                   const char *what, sbx_error_t *err)
 {
-  if (sbx_frame_send_tlv(fd, type, 1, w) < 0)
+  cleanup_close int fd = agent_connect(dir, err);
+  if (fd < 0)
+    return -1;
+  set_timeout(fd, timeout_ms);
+  if (sbx_frame_send(fd, type, 1, req, len) < 0)
     return channel_error(errno, what, err);
-  return 0;
+  return steal_fd(&fd);
+}
+
+static int request_tlv(const char *dir, uint16_t type, sbx_tlv_writer_t *w, int timeout_ms,
+                       const char *what, sbx_error_t *err)
+{
+  int fd = request(dir, type, w->buf.data, w->buf.len, timeout_ms, what, err);
+  sbx_tlv_free(w);
+  return fd;
+}
+
+/* An answer's frames before its OK go to fn: it returns 0 to read on, 1 when its frame ended the
+ * answer, < 0 on an error it set. NULL fn: nothing but OK is expected. */
+typedef int (*frame_fn)(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char *p,
+                        sbx_error_t *err);
+
+/* The one frame loop: reads fd's frames up to the OK that ends the answer (0; its payload to
+ * *ok if ok is set) or a frame fn says ends it (1). ERR frames, a broken channel and, when
+ * deadline_ms is set, that time passing are errors. */
+static int read_answer(int fd, const char *what, frame_fn fn, void *arg, uint64_t deadline_ms,
+                       char **ok, size_t *ok_len, sbx_error_t *err)
+{
+  for (;;) {
+    if (deadline_ms) {
+      uint64_t now = sbx_now_ms();
+      if (now >= deadline_ms)
+        return sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "%s timed out", what);
+      set_timeout(fd, (int) (deadline_ms - now));
+    }
+    sbx_frame_hdr_t hdr;
+    cleanup_free char *p = NULL;
+    if (recv_frame(fd, &hdr, &p, what, err) < 0)
+      return -1;
+    if (hdr.type == SBX_MSG_OK) {
+      if (ok) {
+        *ok = steal_pointer(&p);
+        if (ok_len)
+          *ok_len = hdr.len;
+      }
+      return 0;
+    }
+    int r = fn ? fn(arg, fd, &hdr, p, err) : unexpected(hdr.type, what, err);
+    if (r != 0)
+      return r;
+  }
 }
 
 int sbx__agent_simple(const char *dir, uint16_t type, const void *req, size_t len, char **reply,
                       size_t *reply_len, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(dir, err);
+  cleanup_close int fd = request(dir, type, req, len, OP_TIMEOUT_MS, "send", err);
   if (fd < 0)
     return -1;
-  set_timeout(fd, OP_TIMEOUT_MS);
-  if (sbx_frame_send(fd, type, 1, req, len) < 0)
-    return channel_error(errno, "send", err);
-  sbx_frame_hdr_t hdr;
-  char *payload = NULL;
-  if (recv_frame(fd, &hdr, &payload, "reply", err) < 0) {
-    free(payload);
-    return -1;
-  }
-  if (hdr.type != SBX_MSG_OK) {
-    free(payload);
-    return unexpected(hdr.type, "reply", err);
-  }
-  if (reply) {
-    *reply = payload;
-    if (reply_len)
-      *reply_len = hdr.len;
-  } else {
-    free(payload);
-  }
-  return 0;
+  return read_answer(fd, "reply", NULL, NULL, 0, reply, reply_len, err);
 }
 
 int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(dir, err);
+  cleanup_close int fd = request(dir, SBX_MSG_PING, NULL, 0, timeout_ms, "ping", err);
   if (fd < 0)
     return -1;
-  set_timeout(fd, timeout_ms);
-  if (sbx_frame_send(fd, SBX_MSG_PING, 1, NULL, 0) < 0)
-    return channel_error(errno, "ping", err);
-  sbx_frame_hdr_t hdr;
-  cleanup_free char *payload = NULL;
-  if (recv_frame(fd, &hdr, &payload, "ping", err) < 0)
-    return -1;
-  return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "ping", err);
+  return read_answer(fd, "ping", NULL, NULL, 0, NULL, NULL, err);
 }
 
 int sbx__agent_set_idle(const char *dir, uint64_t idle_ms, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(dir, err);
-  if (fd < 0)
-    return -1;
-  set_timeout(fd, 10000);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, idle_ms);
-  int r = send_req(fd, SBX_MSG_SET_IDLE, &w, "set the idle expiry", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int fd = request_tlv(dir, SBX_MSG_SET_IDLE, &w, 10000, "set the idle expiry", err);
+  if (fd < 0)
     return -1;
-  sbx_frame_hdr_t hdr;
-  cleanup_free char *payload = NULL;
-  if (recv_frame(fd, &hdr, &payload, "set the idle expiry", err) < 0)
-    return -1;
-  return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "set the idle expiry", err);
+  return read_answer(fd, "set the idle expiry", NULL, NULL, 0, NULL, NULL, err);
+}
+
+/* The health check's EXIT (other frames of its `true` are read past). */
+static int health_frame(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char *p,
+                        sbx_error_t *err)
+{
+  (void) arg;
+  (void) fd;
+  if (hdr->type != SBX_MSG_EXIT)
+    return 0;
+  int64_t code = -1;
+  sbx_tlv_get_i64(p, hdr->len, SBX_T_CODE, -1, &code);
+  return code == 0 ? 1
+                   : sbx_make_error(err, 0, SBX_E_BACKEND, "health check exited with %lld",
+                                    (long long) code);
 }
 
 int sbx__agent_health(const char *dir, int timeout_ms, sbx_error_t *err)
 {
   uint64_t deadline = sbx_now_ms() + (uint64_t) timeout_ms;
-  cleanup_close int fd = sbx__agent_connect(dir, err);
-  if (fd < 0)
-    return -1;
-  set_timeout(fd, timeout_ms);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_ARG, "true");
   sbx_tlv_put_u64(&w, SBX_T_FLAGS, SBX_EXEC_ARGV | SBX_EXEC_KILL_ON_DISCONNECT);
   sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, (uint64_t) timeout_ms);
-  int r = send_req(fd, SBX_MSG_EXEC, &w, "health check", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int fd = request_tlv(dir, SBX_MSG_EXEC, &w, timeout_ms, "health check", err);
+  if (fd < 0)
     return -1;
-  for (;;) {
-    uint64_t now = sbx_now_ms();
-    if (now >= deadline)
-      return sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "health check timed out");
-    set_timeout(fd, (int) (deadline - now));
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(fd, &hdr, &p, "health check", err) < 0)
-      return -1;
-    if (hdr.type == SBX_MSG_EXIT) {
-      int64_t code = -1;
-      sbx_tlv_get_i64(p, hdr.len, SBX_T_CODE, -1, &code);
-      return code == 0 ? 0
-                       : sbx_make_error(err, 0, SBX_E_BACKEND, "health check exited with %lld",
-                                        (long long) code);
-    }
-  }
+  int r = read_answer(fd, "health check", health_frame, NULL, deadline, NULL, NULL, err);
+  return r == 0 ? unexpected(SBX_MSG_OK, "health check", err) : r < 0 ? -1 : 0;
 }
 
 static int deliver(const struct sbx_exec_opts *o, int stream, const char *data, size_t len,
@@ -173,6 +183,62 @@ static int deliver(const struct sbx_exec_opts *o, int stream, const char *data, 
   if (o && o->on_output && !*stop && o->on_output(o->arg, stream, data, len) != 0)
     *stop = true;
   return 0;
+}
+
+/* One exec's answer as it arrives: STARTED, output, then EXIT (or OK: started in background). */
+struct exec_state {
+  const struct sbx_exec_opts *o;
+  struct sbx_exec_result *res;
+  sbx_buf_t out, errb;
+  bool keep, stop, no_timeout;
+  uint64_t wait_ms;
+};
+
+static int exec_frame(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char *p,
+                      sbx_error_t *err)
+{
+  struct exec_state *x = arg;
+  const struct sbx_exec_opts *o = x->o;
+  struct sbx_exec_result *res = x->res;
+  switch (hdr->type) {
+  case SBX_MSG_STARTED: {
+    set_timeout(fd, x->no_timeout ? 0 : x->wait_ms > INT32_MAX ? INT32_MAX : (int) x->wait_ms);
+    cleanup_free char *id = NULL;
+    sbx_tlv_get_str(p, hdr->len, SBX_T_ID, &id);
+    if (o && o->id_out)
+      snprintf(o->id_out, 65, "%s", id ? id : "");
+    if (o && o->on_start && !x->stop && o->on_start(o->arg, id ? id : "") != 0)
+      x->stop = true;
+    return 0;
+  }
+  case SBX_MSG_STDOUT:
+  case SBX_MSG_STDERR: {
+    int stream = hdr->type == SBX_MSG_STDOUT ? 1 : 2;
+    if (x->keep)
+      sbx_buf_append(stream == 1 ? &x->out : &x->errb, p, hdr->len);
+    deliver(o, stream, p, hdr->len, &x->stop);
+    return 0;
+  }
+  case SBX_MSG_EXIT: {
+    int64_t code = 0;
+    uint64_t to = 0, sig = 0, dur = 0;
+    sbx_tlv_get_i64(p, hdr->len, SBX_T_CODE, 0, &code);
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_TIMED_OUT, 0, &to);
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_SIGNALED, 0, &sig);
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_OUT_TOTAL, 0, &res->out_total);
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_ERR_TOTAL, 0, &res->err_total);
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_DURATION_MS, 0, &dur);
+    res->exit_code = (int) code;
+    res->timed_out = to != 0;
+    res->signaled = sig != 0;
+    res->duration_ms = dur;
+    res->out_len = x->out.len;
+    res->err_len = x->errb.len;
+    return 1;
+  }
+  default:
+    return unexpected(hdr->type, "exec", err);
+  }
 }
 
 int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
@@ -216,88 +282,28 @@ int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct s
   sbx_tlv_put_u64(&w, SBX_T_ERR_CAP, cap);
   sbx_tlv_put_u64(&w, SBX_T_FLAGS, flags);
 
-  cleanup_close int fd = sbx__agent_connect(in->dir, err);
-  if (fd < 0) {
-    sbx_tlv_free(&w);
-    return -1;
-  }
   /* Starting is quick: a sandbox silent for 30 s before the command started (frozen, stuck) is
    * an error even for a command without a deadline. After that, sbx-init enforces the command's
    * timeout, and a channel silent well past it is broken. */
-  uint64_t wait_ms = timeout_ms + 30000;
-  set_timeout(fd, START_TIMEOUT_MS);
-  int r = send_req(fd, SBX_MSG_EXEC, &w, "exec", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int fd = request_tlv(in->dir, SBX_MSG_EXEC, &w, START_TIMEOUT_MS, "exec", err);
+  if (fd < 0)
     return -1;
 
   memset(res, 0, sizeof *res);
-  sbx_buf_t out = {0}, errb = {0};
-  bool keep = !(o && o->discard_output), stop = false;
-  for (;;) {
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(fd, &hdr, &p, "exec", err) < 0)
-      goto fail;
-    switch (hdr.type) {
-    case SBX_MSG_STARTED: {
-      set_timeout(fd, no_timeout ? 0 : wait_ms > INT32_MAX ? INT32_MAX : (int) wait_ms);
-      cleanup_free char *id = NULL;
-      sbx_tlv_get_str(p, hdr.len, SBX_T_ID, &id);
-      if (o && o->id_out)
-        snprintf(o->id_out, 65, "%s", id ? id : "");
-      if (o && o->on_start && !stop && o->on_start(o->arg, id ? id : "") != 0)
-        stop = true;
-      break;
-    }
-    case SBX_MSG_STDOUT:
-    case SBX_MSG_STDERR: {
-      int stream = hdr.type == SBX_MSG_STDOUT ? 1 : 2;
-      if (keep)
-        sbx_buf_append(stream == 1 ? &out : &errb, p, hdr.len);
-      deliver(o, stream, p, hdr.len, &stop);
-      break;
-    }
-    case SBX_MSG_OK: /* background: started */
-      res->out = sbx_buf_steal(&out);
-      res->err = sbx_buf_steal(&errb);
-      res->output = xstrdup("(no output)");
-      return 0;
-    case SBX_MSG_EXIT: {
-      int64_t code = 0;
-      uint64_t to = 0, sig = 0, dur = 0;
-      sbx_tlv_get_i64(p, hdr.len, SBX_T_CODE, 0, &code);
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_TIMED_OUT, 0, &to);
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_SIGNALED, 0, &sig);
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_OUT_TOTAL, 0, &res->out_total);
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_ERR_TOTAL, 0, &res->err_total);
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_DURATION_MS, 0, &dur);
-      res->exit_code = (int) code;
-      res->timed_out = to != 0;
-      res->signaled = sig != 0;
-      res->duration_ms = dur;
-      res->out_len = out.len;
-      res->err_len = errb.len;
-      res->out = sbx_buf_steal(&out);
-      res->err = sbx_buf_steal(&errb);
-      if (!keep) {
-        /* nothing kept: the rendered text still reports exit and timeout */
-        res->out_total = res->err_total = 0;
-      }
-      sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
-                              res->err_len, res->err_total, res->exit_code, res->timed_out};
-      res->output = sbx_exec_render(&eo);
-      return 0;
-    }
-    default:
-      unexpected(hdr.type, "exec", err);
-      goto fail;
-    }
+  struct exec_state x = {.o = o,
+                         .res = res,
+                         .keep = !(o && o->discard_output),
+                         .no_timeout = no_timeout,
+                         .wait_ms = timeout_ms + 30000};
+  /* OK: a background command started; EXIT: the command finished */
+  if (read_answer(fd, "exec", exec_frame, &x, 0, NULL, NULL, err) < 0) {
+    sbx_buf_free(&x.out);
+    sbx_buf_free(&x.errb);
+    return -1;
   }
-fail:
-  sbx_buf_free(&out);
-  sbx_buf_free(&errb);
-  return -1;
+  res->out = sbx_buf_steal(&x.out);
+  res->err = sbx_buf_steal(&x.errb);
+  return 0; /* the contract layer renders res->output */
 }
 
 int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sbx_error_t *err)
@@ -310,60 +316,62 @@ int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sb
   return r;
 }
 
-/* Collects DATA frames until OK. If fd >= 0 the data goes there, else into out. */
 /* DATA frames to fd, or into out; more than max bytes (0: no cap) is the error "File exceeds
  * maximum <what> size". */
+struct data_sink {
+  int fd;
+  sbx_buf_t *out;
+  uint64_t max, total;
+  const char *what;
+};
+
+static int data_frame(void *arg, int sock, const sbx_frame_hdr_t *hdr, const char *p,
+                      sbx_error_t *err)
+{
+  struct data_sink *d = arg;
+  (void) sock;
+  if (hdr->type == SBX_MSG_STARTED) {
+    /* The size announced ahead: size the buffer once (never past max; sbx-init is not
+     * trusted, so what it sends is still counted below). */
+    uint64_t size = 0;
+    if (d->out && d->max && sbx_tlv_get_u64(p, hdr->len, SBX_T_SIZE, 0, &size) == 0 && size > 0)
+      sbx_buf_reserve(d->out, (size_t) (size > d->max ? d->max : size));
+    return 0;
+  }
+  if (hdr->type != SBX_MSG_DATA)
+    return unexpected(hdr->type, d->what, err);
+  d->total += hdr->len;
+  if (d->max && d->total > d->max)
+    return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum %s size of %llu bytes",
+                          d->what, (unsigned long long) d->max);
+  if (d->fd >= 0) {
+    if (sbx_write_all(d->fd, p, hdr->len) < 0)
+      return sbx_make_error(err, errno, SBX_E_IO, "write the downloaded data");
+  } else {
+    sbx_buf_append(d->out, p, hdr->len);
+  }
+  return 0;
+}
+
 static int collect_data(int sock, int fd, sbx_buf_t *out, uint64_t max, const char *what,
                         sbx_error_t *err)
 {
-  uint64_t total = 0;
-  for (;;) {
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(sock, &hdr, &p, what, err) < 0)
-      return -1;
-    if (hdr.type == SBX_MSG_OK)
-      return 0;
-    if (hdr.type == SBX_MSG_STARTED) {
-      /* The size announced ahead: size the buffer once (never past max; sbx-init is not
-       * trusted, so what it sends is still counted below). */
-      uint64_t size = 0;
-      if (out && max && sbx_tlv_get_u64(p, hdr.len, SBX_T_SIZE, 0, &size) == 0 && size > 0)
-        sbx_buf_reserve(out, (size_t) (size > max ? max : size));
-      continue;
-    }
-    if (hdr.type != SBX_MSG_DATA)
-      return unexpected(hdr.type, what, err);
-    total += hdr.len;
-    if (max && total > max)
-      return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE,
-                            "File exceeds maximum %s size of %llu bytes", what,
-                            (unsigned long long) max);
-    if (fd >= 0) {
-      if (sbx_write_all(fd, p, hdr.len) < 0)
-        return sbx_make_error(err, errno, SBX_E_IO, "write the downloaded data");
-    } else {
-      sbx_buf_append(out, p, hdr.len);
-    }
-  }
+  struct data_sink d = {.fd = fd, .out = out, .max = max, .what = what};
+  return read_answer(sock, what, data_frame, &d, 0, NULL, NULL, err);
 }
 
 int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t start, int64_t end,
                          char **text, size_t *len, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(in->dir, err);
-  if (fd < 0)
-    return -1;
-  set_timeout(fd, OP_TIMEOUT_MS);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_PATH, path);
   if (start != SBX_LINE_NONE)
     sbx_tlv_put_i64(&w, SBX_T_START, start);
   if (end != SBX_LINE_NONE)
     sbx_tlv_put_i64(&w, SBX_T_END, end);
-  int r = send_req(fd, SBX_MSG_READ_TEXT, &w, "read_file", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int fd =
+      request_tlv(in->dir, SBX_MSG_READ_TEXT, &w, OP_TIMEOUT_MS, "read_file", err);
+  if (fd < 0)
     return -1;
   sbx_buf_t b = {0};
   if (collect_data(fd, -1, &b, SBX_READ_TEXT_MAX, "read", err) < 0) {
@@ -379,21 +387,11 @@ int sbx__agent_read_text(struct sbx_instance *in, const char *path, int64_t star
 static int read_request(struct sbx_instance *in, const char *path, uint64_t max, int *out_fd,
                         sbx_error_t *err)
 {
-  int fd = sbx__agent_connect(in->dir, err);
-  if (fd < 0)
-    return -1;
-  set_timeout(fd, OP_TIMEOUT_MS);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_PATH, path);
   sbx_tlv_put_u64(&w, SBX_T_MAX, max);
-  int r = send_req(fd, SBX_MSG_READ, &w, "download", err);
-  sbx_tlv_free(&w);
-  if (r < 0) {
-    close(fd);
-    return -1;
-  }
-  *out_fd = fd;
-  return 0;
+  *out_fd = request_tlv(in->dir, SBX_MSG_READ, &w, OP_TIMEOUT_MS, "download", err);
+  return *out_fd < 0 ? -1 : 0;
 }
 
 int sbx__agent_read_to_fd(struct sbx_instance *in, const char *path, uint64_t max, int fd,
@@ -434,19 +432,14 @@ int sbx__agent_write(struct sbx_instance *in, const char *path, const void *data
 int sbx__agent_write_ex(struct sbx_instance *in, const char *path, const void *data, size_t len,
                         int src_fd, bool append, unsigned mode, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(in->dir, err);
-  if (fd < 0)
-    return -1;
-  set_timeout(fd, OP_TIMEOUT_MS);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_PATH, path);
   sbx_tlv_put_u64(&w, SBX_T_FLAGS,
                   SBX_WRITE_PARENTS | (append ? SBX_WRITE_APPEND : SBX_WRITE_ATOMIC));
   if (mode)
     sbx_tlv_put_u64(&w, SBX_T_MODE, mode);
-  int r = send_req(fd, SBX_MSG_WRITE, &w, "write", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int fd = request_tlv(in->dir, SBX_MSG_WRITE, &w, OP_TIMEOUT_MS, "write", err);
+  if (fd < 0)
     return -1;
   if (data) {
     for (size_t off = 0; off < len;) {
@@ -472,11 +465,35 @@ int sbx__agent_write_ex(struct sbx_instance *in, const char *path, const void *d
   }
   if (sbx_frame_send(fd, SBX_MSG_DATA_END, 1, NULL, 0) < 0)
     return channel_error(errno, "write", err);
-  sbx_frame_hdr_t hdr;
-  cleanup_free char *p = NULL;
-  if (recv_frame(fd, &hdr, &p, "write", err) < 0)
-    return -1;
-  return hdr.type == SBX_MSG_OK ? 0 : unexpected(hdr.type, "write", err);
+  return read_answer(fd, "write", NULL, NULL, 0, NULL, NULL, err);
+}
+
+/* ITEMS frames, each item to fn. */
+struct items_sink {
+  int (*fn)(void *, const unsigned char *, size_t);
+  void *arg;
+  const char *what;
+};
+
+static int items_frame(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char *p,
+                       sbx_error_t *err)
+{
+  struct items_sink *it = arg;
+  (void) fd;
+  if (hdr->type != SBX_MSG_ITEMS)
+    return unexpected(hdr->type, it->what, err);
+  sbx_tlv_reader_t r;
+  sbx_tlv_t f;
+  sbx_tlv_reader_init(&r, p, hdr->len);
+  int ret;
+  while ((ret = sbx_tlv_next(&r, &f)) > 0)
+    if (f.tag == SBX_T_ITEM && it->fn(it->arg, f.data, f.len) < 0)
+      return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s item",
+                            it->what);
+  if (ret < 0)
+    return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s frame",
+                          it->what);
+  return 0;
 }
 
 /* Runs a request whose answer is ITEMS frames then OK{TRUNCATED}; each item goes to fn. */
@@ -484,37 +501,19 @@ static int items_request(struct sbx_instance *in, uint16_t type, sbx_tlv_writer_
                          const char *what, int (*fn)(void *, const unsigned char *, size_t),
                          void *arg, bool *truncated, sbx_error_t *err)
 {
-  cleanup_close int fd = sbx__agent_connect(in->dir, err);
+  cleanup_close int fd = request(in->dir, type, w->buf.data, w->buf.len, OP_TIMEOUT_MS, what, err);
   if (fd < 0)
     return -1;
-  set_timeout(fd, OP_TIMEOUT_MS);
-  if (send_req(fd, type, w, what, err) < 0)
+  struct items_sink it = {fn, arg, what};
+  cleanup_free char *ok = NULL;
+  size_t ok_len = 0;
+  if (read_answer(fd, what, items_frame, &it, 0, &ok, &ok_len, err) < 0)
     return -1;
-  for (;;) {
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(fd, &hdr, &p, what, err) < 0)
-      return -1;
-    if (hdr.type == SBX_MSG_OK) {
-      uint64_t t = 0;
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_TRUNCATED, 0, &t);
-      if (truncated)
-        *truncated = t != 0;
-      return 0;
-    }
-    if (hdr.type != SBX_MSG_ITEMS)
-      return unexpected(hdr.type, what, err);
-    sbx_tlv_reader_t r;
-    sbx_tlv_t f;
-    sbx_tlv_reader_init(&r, p, hdr.len);
-    int ret;
-    while ((ret = sbx_tlv_next(&r, &f)) > 0)
-      if (f.tag == SBX_T_ITEM && fn(arg, f.data, f.len) < 0)
-        return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s item",
-                              what);
-    if (ret < 0)
-      return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed %s frame", what);
-  }
+  uint64_t t = 0;
+  sbx_tlv_get_u64(ok, ok_len, SBX_T_TRUNCATED, 0, &t);
+  if (truncated)
+    *truncated = t != 0;
+  return 0;
 }
 
 static int push_string(void *arg, const unsigned char *data, size_t len)
@@ -753,41 +752,45 @@ int sbx__agent_replace(struct sbx_instance *in, const char *path, const void *ol
   return 0;
 }
 
+struct range_sink {
+  int fd;
+  int (*on_size)(void *, uint64_t);
+  void *arg;
+  const char *path;
+};
+
+static int range_frame(void *arg, int sock, const sbx_frame_hdr_t *hdr, const char *p,
+                       sbx_error_t *err)
+{
+  struct range_sink *rs = arg;
+  (void) sock;
+  if (hdr->type == SBX_MSG_STARTED) {
+    uint64_t size = 0;
+    sbx_tlv_get_u64(p, hdr->len, SBX_T_SIZE, 0, &size);
+    if (rs->on_size && rs->on_size(rs->arg, size) != 0)
+      return sbx_make_error(err, ECANCELED, SBX_E_INVALID, "read cancelled");
+    return 0;
+  }
+  if (hdr->type != SBX_MSG_DATA)
+    return unexpected(hdr->type, "read", err);
+  if (sbx_write_all(rs->fd, p, hdr->len) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "write the data read from %s", rs->path);
+  return 0;
+}
+
 int sbx__agent_read_range(struct sbx_instance *in, const char *path, uint64_t offset,
                           uint64_t limit, int fd, int (*on_size)(void *, uint64_t), void *arg,
                           sbx_error_t *err)
 {
-  cleanup_close int sock = sbx__agent_connect(in->dir, err);
-  if (sock < 0)
-    return -1;
-  set_timeout(sock, OP_TIMEOUT_MS);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_PATH, path);
   sbx_tlv_put_u64(&w, SBX_T_OFFSET, offset);
   sbx_tlv_put_u64(&w, SBX_T_LIMIT, limit);
-  int r = send_req(sock, SBX_MSG_READ, &w, "read", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int sock = request_tlv(in->dir, SBX_MSG_READ, &w, OP_TIMEOUT_MS, "read", err);
+  if (sock < 0)
     return -1;
-  for (;;) {
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(sock, &hdr, &p, "read", err) < 0)
-      return -1;
-    if (hdr.type == SBX_MSG_OK)
-      return 0;
-    if (hdr.type == SBX_MSG_STARTED) {
-      uint64_t size = 0;
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_SIZE, 0, &size);
-      if (on_size && on_size(arg, size) != 0)
-        return sbx_make_error(err, ECANCELED, SBX_E_INVALID, "read cancelled");
-      continue;
-    }
-    if (hdr.type != SBX_MSG_DATA)
-      return unexpected(hdr.type, "read", err);
-    if (sbx_write_all(fd, p, hdr.len) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "write the data read from %s", path);
-  }
+  struct range_sink rs = {fd, on_size, arg, path};
+  return read_answer(sock, "read", range_frame, &rs, 0, NULL, NULL, err);
 }
 
 int sbx__agent_write_mode(struct sbx_instance *in, const char *path, const void *data, size_t len,
@@ -826,47 +829,40 @@ int sbx__agent_cmd_status(struct sbx_instance *in, const char *id, struct sbx_co
   return 0;
 }
 
+static int logs_frame(void *arg, int sock, const sbx_frame_hdr_t *hdr, const char *p,
+                      sbx_error_t *err)
+{
+  (void) sock;
+  if (hdr->type != SBX_MSG_DATA)
+    return unexpected(hdr->type, "logs", err);
+  if (sbx_write_all(*(int *) arg, p, hdr->len) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "write the logs");
+  return 0;
+}
+
 int sbx__agent_cmd_logs(struct sbx_instance *in, const char *id, uint64_t cursor, int fd,
                         uint64_t *next, sbx_error_t *err)
 {
-  cleanup_close int sock = sbx__agent_connect(in->dir, err);
-  if (sock < 0)
-    return -1;
-  set_timeout(sock, OP_TIMEOUT_MS);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_str(&w, SBX_T_ID, id);
   sbx_tlv_put_u64(&w, SBX_T_CURSOR, cursor);
-  int r = send_req(sock, SBX_MSG_CMD_LOGS, &w, "logs", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int sock = request_tlv(in->dir, SBX_MSG_CMD_LOGS, &w, OP_TIMEOUT_MS, "logs", err);
+  if (sock < 0)
     return -1;
-  for (;;) {
-    sbx_frame_hdr_t hdr;
-    cleanup_free char *p = NULL;
-    if (recv_frame(sock, &hdr, &p, "logs", err) < 0)
-      return -1;
-    if (hdr.type == SBX_MSG_OK) {
-      sbx_tlv_get_u64(p, hdr.len, SBX_T_CURSOR, cursor, next);
-      return 0;
-    }
-    if (hdr.type != SBX_MSG_DATA)
-      return unexpected(hdr.type, "logs", err);
-    if (sbx_write_all(fd, p, hdr.len) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "write the logs");
-  }
+  cleanup_free char *ok = NULL;
+  size_t ok_len = 0;
+  if (read_answer(sock, "logs", logs_frame, &fd, 0, &ok, &ok_len, err) < 0)
+    return -1;
+  sbx_tlv_get_u64(ok, ok_len, SBX_T_CURSOR, cursor, next);
+  return 0;
 }
 
 int sbx__agent_connect_port(struct sbx_instance *in, int port, sbx_error_t *err)
 {
-  cleanup_close int sock = sbx__agent_connect(in->dir, err);
-  if (sock < 0)
-    return -1;
-  set_timeout(sock, 30000);
   sbx_tlv_writer_t w = {0};
   sbx_tlv_put_u64(&w, SBX_T_PORT, (uint64_t) port);
-  int r = send_req(sock, SBX_MSG_CONNECT, &w, "connect", err);
-  sbx_tlv_free(&w);
-  if (r < 0)
+  cleanup_close int sock = request_tlv(in->dir, SBX_MSG_CONNECT, &w, 30000, "connect", err);
+  if (sock < 0)
     return -1;
   sbx_frame_hdr_t hdr;
   cleanup_free char *p = NULL;

@@ -10,8 +10,8 @@
  * and nothing inside runs yet but sbx-init: the moment / is writable again is not observable.
  * The user-data folder travels as a detached mount (open_tree) made in the host's namespace
  * without following any symlink, so no host path is resolved inside the sandbox. */
+#include "agent_client.h"
 #include "linux.h"
-#include "../../lib/internal.h"
 
 #include <fcntl.h>
 #include <sched.h>
