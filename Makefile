@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 
 DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libjansson-dev libyaml-dev libseccomp-dev libmicrohttpd-dev libcurl4-openssl-dev \
-       libcmocka-dev libunistring-dev python3 python3-pytest valgrind libtsan2
+       libcmocka-dev libunistring-dev python3 python3-pytest valgrind libtsan2 tmux
 
 .PHONY: all build deps run tour check test unit integration san tsan tsan-build install format \
         format-check clean bench fuzz load memcheck

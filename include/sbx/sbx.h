@@ -191,8 +191,7 @@ SBX_PUBLIC int sbx_session_write(sbx_session_t *s, const void *data, size_t len,
 /* EOF on the command's stdin (a terminal gets its EOF character, ^D). */
 SBX_PUBLIC int sbx_session_close_stdin(sbx_session_t *s, sbx_error_t *err);
 /* The terminal's new size (its foreground processes get SIGWINCH). */
-SBX_PUBLIC int sbx_session_resize(sbx_session_t *s, unsigned rows, unsigned cols,
-                                  sbx_error_t *err);
+SBX_PUBLIC int sbx_session_resize(sbx_session_t *s, unsigned rows, unsigned cols, sbx_error_t *err);
 /* A signal to the command (on a terminal: to its foreground process group). */
 SBX_PUBLIC int sbx_session_signal(sbx_session_t *s, int signo, sbx_error_t *err);
 /* Bytes queued and not yet sent; sbx_session_flush sends more without blocking. */

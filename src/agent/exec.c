@@ -425,8 +425,8 @@ struct stdio_set {
 
 static void stdio_close(struct stdio_set *io)
 {
-  int *fds[] = {&io->in_r, &io->in_w, &io->slave, &io->outp[0], &io->outp[1],
-                &io->errp[0], &io->errp[1], &io->devnull};
+  int *fds[] = {&io->in_r,    &io->in_w,    &io->slave,   &io->outp[0],
+                &io->outp[1], &io->errp[0], &io->errp[1], &io->devnull};
   for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
     if (*fds[i] >= 0) {
       close(*fds[i]);
@@ -504,9 +504,8 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   /* what the child has; ours to keep: the read ends, the stdin write end, the master */
   int keep_out = io.master >= 0 ? io.master : io.outp[0];
   int keep_err = io.errp[0];
-  struct agent_input in = {.fd = io.master >= 0 ? io.master : io.in_w,
-                           .pty = io.master >= 0,
-                           .own = io.in_w >= 0};
+  struct agent_input in = {
+      .fd = io.master >= 0 ? io.master : io.in_w, .pty = io.master >= 0, .own = io.in_w >= 0};
   int master = io.master;
   io.master = io.outp[0] = io.errp[0] = io.in_w = -1;
   stdio_close(&io);

@@ -112,12 +112,10 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
 int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped);
 int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped)
 {
-  static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
-                                       {"timeout", required_argument, NULL, 1},
-                                       {"interactive", no_argument, NULL, 'i'},
-                                       {"tty", no_argument, NULL, 'T'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {
+      {"env", required_argument, NULL, 'e'},   {"timeout", required_argument, NULL, 1},
+      {"interactive", no_argument, NULL, 'i'}, {"tty", no_argument, NULL, 'T'},
+      {"json", no_argument, NULL, 'j'},        {NULL, 0, NULL, 0}};
   struct cli_scope s = {0};
   struct exec_args a = {0};
   int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:iT", on_opt, &a, -1);

@@ -23,9 +23,9 @@
 #define SBX_PROTO_HDR 12
 #define SBX_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB; DATA chunks are at most 256 KiB */
 #define SBX_PROTO_CHUNK (256u << 10)
-#define SBX_PTY_MAX_DIM 4096 /* rows and columns of a terminal */
+#define SBX_PTY_MAX_DIM 4096            /* rows and columns of a terminal */
 #define SBX_STDIN_MAX_FRAME (64u << 10) /* the largest STDIN frame sbx-init takes */
-#define SBX_READ_TEXT_MAX (100u << 20) /* read_file: the largest text sbx-init reads and sends */
+#define SBX_READ_TEXT_MAX (100u << 20)  /* read_file: the largest text sbx-init reads and sends */
 
 enum sbx_msg {
   /* requests */
