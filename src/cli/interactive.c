@@ -115,6 +115,8 @@ int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
         done = true;
       }
     }
+    if (done)
+      break; /* what is still in our stdin was not for this command */
     if (fds[0].revents) {
       ssize_t n = read(0, buf, sizeof buf);
       if (n > 0) {

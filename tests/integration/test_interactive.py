@@ -185,7 +185,9 @@ def test_signal_to_sbx_reaches_the_command(sbx, tmp_path):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
     proc.send_signal(2)
-    out, _ = proc.communicate(timeout=20)
+    proc.wait(timeout=20)  # stdin stays open: only the signal can end cat
+    out = proc.stdout.read()
+    proc.stdin.close()
     assert out == b"got-int\n"
     assert proc.returncode == 7
 

@@ -13,6 +13,7 @@ struct sbx_session_s {
   int fd;
   char id[65];
   bool ended;
+  bool input_gone; /* the connection no longer takes input */
   sbx_buf_t out; /* encoded frames not yet sent */
   size_t out_off;
   char *last; /* the payload of the last frame read */
@@ -58,6 +59,12 @@ int sbx_session_flush(sbx_session_t *s, sbx_error_t *err)
         continue;
       if (errno == EAGAIN)
         return 0;
+      if (errno == EPIPE || errno == ECONNRESET) {
+        /* sbx-init stopped reading: the command ended (its EXIT is still to be read) or the
+         * channel broke (the next read says so). Input from now on is dropped. */
+        s->input_gone = true;
+        break;
+      }
       return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox channel broken (session input)");
     }
     s->out_off += (size_t) n;
@@ -72,6 +79,8 @@ static int queue(sbx_session_t *s, uint16_t type, const void *p, size_t len, sbx
     return sbx_make_error(err, 0, SBX_E_INVALID, "no session");
   if (s->ended)
     return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "the command has ended");
+  if (s->input_gone)
+    return 0;
   if (sbx_session_pending(s) + len > SBX_SESSION_QUEUE_MAX)
     return sbx_make_error(err, EAGAIN, SBX_E_BUSY, "session input queue is full");
   unsigned char h[SBX_PROTO_HDR];
