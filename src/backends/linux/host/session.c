@@ -14,7 +14,7 @@ struct sbx_session_s {
   char id[65];
   bool ended;
   bool input_gone; /* the connection no longer takes input */
-  sbx_buf_t out; /* encoded frames not yet sent */
+  sbx_buf_t out;   /* encoded frames not yet sent */
   size_t out_off;
   char *last; /* the payload of the last frame read */
 };
