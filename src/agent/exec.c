@@ -478,7 +478,9 @@ static int stdio_open(struct stdio_set *io, const struct exec_req *r, struct spa
  * it open does not keep us waiting). */
 static void drain_pty(struct agent_conn *c, struct stream *so, char *buf, bool *client_gone)
 {
-  while (so->fd >= 0) {
+  /* a background job writing without pause must not hold the EXIT back: 500 ms at most */
+  uint64_t until = sbx_now_ms() + 500;
+  while (so->fd >= 0 && sbx_now_ms() < until) {
     struct pollfd p = {so->fd, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0 || pump(c, so, buf, 65536, client_gone) == PUMP_EOF)
       break;
@@ -584,8 +586,9 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
    * keep us waiting (the read ends are non-blocking). */
   if (master >= 0)
     drain_pty(c, &so, buf, &client_gone);
-  while (so.fd >= 0 && pump(c, &so, buf, 65536, &client_gone) == PUMP_DATA)
-    ;
+  else
+    while (so.fd >= 0 && pump(c, &so, buf, 65536, &client_gone) == PUMP_DATA)
+      ;
   while (se.fd >= 0 && pump(c, &se, buf, 65536, &client_gone) == PUMP_DATA)
     ;
   agent_input_free(&in);

@@ -204,3 +204,21 @@ def test_tty_without_a_terminal(sbx):
                 input=b"hello\n", timeout=30)
     assert p.returncode == 0, p.stderr
     assert b"/dev/pts/" in p.stdout and b"got=hello" in p.stdout
+
+
+def test_tty_background_job_does_not_hold_the_exit(sbx):
+    # a job left writing to the terminal without pause: the command's EXIT still comes
+    t0 = time.time()
+    p = sbx.run("exec", "-t", "bg", "--tty", "--", "(trap '' HUP; exec yes) & echo started",
+                input=b"", timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert b"started" in p.stdout
+    assert time.time() - t0 < 15
+    sbx.run("exec", "-t", "bg", "--", "pkill -x yes")
+
+
+def test_tty_exit_status_and_signal(sbx):
+    p = sbx.run("exec", "-t", "st", "--tty", "--", "exit 42", timeout=30)
+    assert p.returncode == 42
+    p = sbx.run("exec", "-t", "st", "--tty", "--", "kill -TERM $$", timeout=30)
+    assert p.returncode == 128 + 15
