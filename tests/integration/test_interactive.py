@@ -184,8 +184,15 @@ def test_signal_to_sbx_reaches_the_command(sbx, tmp_path):
                                     "trap 'echo got-int; exit 7' INT; echo ready; cat"),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
-    proc.send_signal(2)
-    proc.wait(timeout=20)  # stdin stays open: only the signal can end cat
+    # stdin stays open: only the signal can end cat. It is sent again until it does: the first
+    # may reach the shell before it has started cat (the shell then waits for cat to end).
+    deadline = time.time() + 20
+    while proc.poll() is None and time.time() < deadline:
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
     out = proc.stdout.read()
     proc.stdin.close()
     assert out == b"got-int\n"
