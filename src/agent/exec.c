@@ -407,7 +407,8 @@ static bool client_frame(const sbx_frame_hdr_t *hdr, const char *p, pid_t pid, i
         sbx_tlv_get_u64(p, hdr->len, SBX_T_ROWS, 0, &rows) < 0 ||
         sbx_tlv_get_u64(p, hdr->len, SBX_T_COLS, 0, &cols) < 0)
       return false;
-    agent_pty_resize(pty_master, (unsigned) rows, (unsigned) cols); /* out of range: ignored */
+    if (rows <= SBX_PTY_MAX_DIM && cols <= SBX_PTY_MAX_DIM) /* else ignored, as 0 is */
+      agent_pty_resize(pty_master, (unsigned) rows, (unsigned) cols);
     return true;
   }
   default:
