@@ -18,6 +18,7 @@
 #include "../src/agent/reply.c"
 #include "../src/agent/server.c"
 #include "../src/agent/exec.c"
+#include "../src/agent/pty.c"
 #include "../src/agent/files.c"
 
 #include <dirent.h>

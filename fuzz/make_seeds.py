@@ -12,14 +12,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # src/common/proto.h
 MSG = dict(HELLO=1, EXEC=2, SIGNAL=3, READ_TEXT=4, READ=5, WRITE=6, LIST=7, GLOB=8, GREP=9,
            STAT=10, MKDIR=11, REMOVE=12, RENAME=13, CHMOD=14, CONNECT=15, PING=16, CMD_STATUS=17,
-           CMD_LOGS=18, READDIR=19, FIND=20, REPLACE=21, METRICS=22, OK=100, ERR=101, DATA=102,
+           CMD_LOGS=18, READDIR=19, FIND=20, REPLACE=21, METRICS=22, STDIN=24, STDIN_EOF=25,
+           RESIZE=26, OK=100, ERR=101, DATA=102,
            DATA_END=103, STARTED=104, STDOUT=105, STDERR=106, EXIT=107, ITEMS=108)
 T = dict(VERSION=1, PATH=2, CMD=3, ARG=4, ENV=5, CWD=6, TIMEOUT_MS=7, OUT_CAP=8, ERR_CAP=9,
          FLAGS=10, ID=11, SIGNO=12, START=13, END=14, OFFSET=15, LIMIT=16, MAX=17, MODE=18,
          DEPTH=19, PATTERN=20, GLOB=21, KIND=22, STATUS=23, MSG=24, TEXT=25, CODE=26, TIMED_OUT=27,
          OUT_TOTAL=28, ERR_TOTAL=29, TRUNCATED=30, ITEM=31, LINE_NO=32, SIZE=33, PID=34, DEST=35,
          PORT=36, TYPE=37, MTIME=38, CTIME=39, UID=40, GID=41, RUNNING=42, STARTED_MS=43,
-         FINISHED_MS=44, CURSOR=45, OLD=46, NEW=47, COUNT=48, SIGNALED=49, OWNER=50, GROUP=51)
+         FINISHED_MS=44, CURSOR=45, OLD=46, NEW=47, COUNT=48, SIGNALED=49, OWNER=50, GROUP=51,
+         ROWS=57, COLS=58)
 F = dict(KILL_ON_DISCONNECT=1, BACKGROUND=2, MERGE=4, ARGV=8, APPEND=1 << 8, PARENTS=1 << 9,
          ATOMIC=1 << 10, LITERAL=1 << 12, CASE=1 << 13, GLOB_DIRS=1 << 14, RM_RECURSIVE=1 << 16,
          RM_DIR=1 << 17)
@@ -584,9 +586,23 @@ def dbus_reply_seeds():
                      (2, "s", "org.freedesktop.systemd1.Manager"), (3, "s", "JobRemoved")], b"")
     for k, v in {"return": ok, "error": err, "signal": signal, "two": ok + err}.items():
         write(k, v, "dbus_reply")
+def session_seeds():
+    """fuzz_session: u16 split, the client's frames during an exec, then sbx-init's answer."""
+    def seed(name, client, server):
+        write(name, struct.pack("<H", len(client)) + client + server, "session")
+    seed("stdin-eof", frame("STDIN", b"hello\n") + frame("STDIN", bytes(range(256))) +
+         frame("STDIN_EOF") + frame("STDIN", b"after eof"),
+         frame("STDOUT", b"hello\n") + frame("STDERR", b"warn") +
+         frame("EXIT", fields(("CODE", 0), ("SIGNALED", 0))))
+    seed("resize-signal", frame("RESIZE", fields(("ROWS", 40), ("COLS", 120))) +
+         frame("SIGNAL", fields(("SIGNO", 2))) + frame("STDIN", b"x" * 40000),
+         frame("STDOUT", b"\x1b[2J") + frame("EXIT", fields(("CODE", -9), ("SIGNALED", 1))) +
+         frame("STDOUT", b"late"))
+    seed("error", frame("HELLO"), frame("ERR", fields(("KIND", 3), ("STATUS", 5), ("MSG", "x"))))
 
 
 if __name__ == "__main__":
+    session_seeds()
     agent_seeds()
     proto_seeds()
     tlv_seeds()

@@ -158,6 +158,57 @@ SBX_PUBLIC int sbx_execute_command(sbx_sandbox_t *sb, const char *command,
 SBX_PUBLIC int sbx_command_signal(sbx_sandbox_t *sb, const char *cmd_id, int signo,
                                   sbx_error_t *err);
 
+/* ---- interactive commands: stdin and terminals ---- */
+
+/* A command that is fed input while it runs: its stdin is a pipe, or (tty) it runs on a new
+ * terminal in the sandbox (stdout and stderr are then the terminal's output, stream 1). The
+ * caller polls sbx_session_fd for input (then sbx_session_read) and, while
+ * sbx_session_pending > 0, for output room (then sbx_session_flush). Nothing here blocks on the
+ * sandbox except sbx_session_read of a frame that has begun to arrive. */
+typedef struct sbx_session_s sbx_session_t;
+#define SBX_TTY_MAX_DIM 4096
+
+struct sbx_session_opts {
+  bool tty;            /* run on a terminal (a shell, a REPL, a TUI) */
+  unsigned rows, cols; /* its size; 0: 24 x 80; at most SBX_TTY_MAX_DIM */
+};
+
+enum sbx_session_event_type { SBX_SESSION_OUTPUT = 1, SBX_SESSION_EXIT = 2 };
+struct sbx_session_event {
+  int type;         /* enum sbx_session_event_type */
+  int stream;       /* OUTPUT: 1 stdout (or the terminal), 2 stderr */
+  const char *data; /* OUTPUT: valid until the next sbx_session_read */
+  size_t len;
+  int exit_code; /* EXIT: as sbx_exec_result's (negative: killed by that signal) */
+  bool timed_out, signaled;
+};
+
+/* Starts command (or opts->argv) as sbx_execute_command would, with the input of so. opts'
+ * env, cwd, timeout (no_timeout), argv, id, kill_on_disconnect and out_cap apply. */
+SBX_PUBLIC sbx_session_t *sbx_session_start(sbx_sandbox_t *sb, const char *command,
+                                            const struct sbx_exec_opts *opts,
+                                            const struct sbx_session_opts *so, sbx_error_t *err);
+SBX_PUBLIC const char *sbx_session_id(const sbx_session_t *s);
+SBX_PUBLIC int sbx_session_fd(const sbx_session_t *s);
+/* Queues input for the command and sends what the connection takes now. At most
+ * SBX_SESSION_QUEUE_MAX bytes wait unsent: past that, SBX_E_BUSY (flush first). */
+#define SBX_SESSION_QUEUE_MAX (256u << 10)
+SBX_PUBLIC int sbx_session_write(sbx_session_t *s, const void *data, size_t len, sbx_error_t *err);
+/* EOF on the command's stdin (a terminal gets its EOF character, ^D). */
+SBX_PUBLIC int sbx_session_close_stdin(sbx_session_t *s, sbx_error_t *err);
+/* The terminal's new size (its foreground processes get SIGWINCH). */
+SBX_PUBLIC int sbx_session_resize(sbx_session_t *s, unsigned rows, unsigned cols, sbx_error_t *err);
+/* A signal to the command (on a terminal: to its foreground process group). */
+SBX_PUBLIC int sbx_session_signal(sbx_session_t *s, int signo, sbx_error_t *err);
+/* Bytes queued and not yet sent; sbx_session_flush sends more without blocking. */
+SBX_PUBLIC size_t sbx_session_pending(const sbx_session_t *s);
+SBX_PUBLIC int sbx_session_flush(sbx_session_t *s, sbx_error_t *err);
+/* Reads the next event (blocks until one arrives). Returns 0, or -1 (the channel broke). After
+ * the EXIT event the session has ended. */
+SBX_PUBLIC int sbx_session_read(sbx_session_t *s, struct sbx_session_event *ev, sbx_error_t *err);
+/* Closes the connection (a command still running is killed if kill_on_disconnect was set). */
+SBX_PUBLIC void sbx_session_free(sbx_session_t *s);
+
 /* read_file: 1-based inclusive lines; SBX_LINE_NONE for an absent bound. */
 SBX_PUBLIC int sbx_read_file(sbx_sandbox_t *sb, const char *path, int64_t start, int64_t end,
                              char **text, size_t *len, sbx_error_t *err);

@@ -8,6 +8,11 @@
  * in the pipes is drained, but a background child that still holds a pipe open does not delay
  * the answer and keeps running.
  *
+ * Interactive commands (SBX_EXEC_STDIN, SBX_EXEC_PTY) are foreground commands whose stdin is a
+ * pipe, or whose stdin, stdout and stderr are a new terminal (pty.h) that is their controlling
+ * terminal; the client then sends STDIN, STDIN_EOF, RESIZE and SIGNAL frames during the exec.
+ * A terminal's output comes back as STDOUT.
+ *
  * Background commands (execd's `background: true`) write stdout and stderr to one pipe that the
  * main loop copies into a capped in-memory log (memfd), read with CMD_LOGS by byte cursor.
  *
@@ -15,6 +20,7 @@
  * pidfd. The child code between clone and exec only makes async-signal-safe calls: sbx-init is
  * multithreaded. */
 #include "exec.h"
+#include "pty.h"
 #include "text.h"
 
 #include <fcntl.h>
@@ -24,6 +30,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -113,6 +120,7 @@ struct spawn_args {
   char *const *envp;
   const char *cwd;
   int in, out, err;
+  bool ctty; /* in is a terminal to make the controlling one */
 };
 
 static int child_exec(void *arg)
@@ -123,6 +131,8 @@ static int child_exec(void *arg)
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
   setsid();
+  if (a->ctty && ioctl(a->in, TIOCSCTTY, 0) < 0)
+    _exit(126);
   if (dup2(a->in, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->err, 2) < 0)
     _exit(126);
   if (chdir(a->cwd) < 0) {
@@ -172,7 +182,7 @@ struct exec_req {
   sbx_strv_t env;
   char *cwd;
   char *id;
-  uint64_t timeout_ms, out_cap, err_cap, flags;
+  uint64_t timeout_ms, out_cap, err_cap, flags, rows, cols;
 };
 
 static void exec_req_free(struct exec_req *r)
@@ -193,8 +203,16 @@ static int parse_exec(const char *p, size_t len, struct exec_req *r, sbx_error_t
       sbx_tlv_get_u64(p, len, SBX_T_TIMEOUT_MS, 0, &r->timeout_ms) < 0 ||
       sbx_tlv_get_u64(p, len, SBX_T_OUT_CAP, DEFAULT_CAP, &r->out_cap) < 0 ||
       sbx_tlv_get_u64(p, len, SBX_T_ERR_CAP, DEFAULT_CAP, &r->err_cap) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_FLAGS, 0, &r->flags) < 0)
+      sbx_tlv_get_u64(p, len, SBX_T_FLAGS, 0, &r->flags) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_ROWS, 24, &r->rows) < 0 ||
+      sbx_tlv_get_u64(p, len, SBX_T_COLS, 80, &r->cols) < 0)
     return sbx_make_error(err, EPROTO, SBX_E_INVALID, "malformed exec request");
+  if ((r->flags & (SBX_EXEC_STDIN | SBX_EXEC_PTY)) && (r->flags & SBX_EXEC_BACKGROUND))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "a background command cannot take input");
+  if ((r->flags & SBX_EXEC_PTY) &&
+      (r->rows == 0 || r->cols == 0 || r->rows > SBX_PTY_MAX_DIM || r->cols > SBX_PTY_MAX_DIM))
+    return sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
+                          SBX_PTY_MAX_DIM);
   sbx_tlv_reader_t rd;
   sbx_tlv_t f;
   sbx_tlv_reader_init(&rd, p, len);
@@ -234,6 +252,8 @@ static char **build_env(const struct exec_req *r, sbx_strv_t *out)
   for (size_t i = 0; i < ARRAY_SIZE(defaults); i++)
     sbx_strv_push(&all, defaults[i]);
   sbx_strv_push_owned(&all, xasprintf("PWD=%s", r->cwd));
+  if (r->flags & SBX_EXEC_PTY)
+    sbx_strv_push(&all, "TERM=xterm-256color"); /* the client's TERM, if sent, wins */
   for (size_t i = 0; i < r->env.n; i++)
     sbx_strv_push(&all, r->env.v[i]);
   /* keep the last definition of each key */
@@ -350,50 +370,151 @@ static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background,
   return e;
 }
 
-static int close_pipes(int outp[2], int errp[2])
+/* A frame the client sent during the exec: SIGNAL, or for an interactive command its input.
+ * Returns false for anything else (the client is then treated as gone). */
+static bool client_frame(const sbx_frame_hdr_t *hdr, const char *p, pid_t pid, int pty_master,
+                         struct agent_input *in)
 {
-  for (int i = 0; i < 2; i++) {
-    if (outp[i] >= 0)
-      close(outp[i]);
-    if (errp[i] >= 0)
-      close(errp[i]);
+  bool interactive = in->fd >= 0 || in->own || in->pty;
+  switch (hdr->type) {
+  case SBX_MSG_SIGNAL: {
+    uint64_t sig = SIGTERM;
+    if (sbx_tlv_get_u64(p, hdr->len, SBX_T_SIGNO, SIGTERM, &sig) < 0)
+      return false;
+    if (sig > 0 && sig < 65) {
+      /* on a terminal: its foreground job (a shell's child), as a ^C typed there would */
+      int fg = pty_master >= 0 ? agent_pty_foreground(pty_master) : 0;
+      if (fg > 0)
+        kill(-fg, (int) sig);
+      else
+        kill_group(pid, (int) sig);
+    }
+    return true;
   }
-  return -1;
+  case SBX_MSG_STDIN:
+    if (!interactive)
+      return false;
+    agent_input_push(in, p, hdr->len);
+    return true;
+  case SBX_MSG_STDIN_EOF:
+    if (!interactive)
+      return false;
+    agent_input_eof(in);
+    return true;
+  case SBX_MSG_RESIZE: {
+    uint64_t rows = 0, cols = 0;
+    if (pty_master < 0 || !sbx_tlv_valid(p, hdr->len) ||
+        sbx_tlv_get_u64(p, hdr->len, SBX_T_ROWS, 0, &rows) < 0 ||
+        sbx_tlv_get_u64(p, hdr->len, SBX_T_COLS, 0, &cols) < 0)
+      return false;
+    if (rows <= SBX_PTY_MAX_DIM && cols <= SBX_PTY_MAX_DIM) /* else ignored, as 0 is */
+      agent_pty_resize(pty_master, (unsigned) rows, (unsigned) cols);
+    return true;
+  }
+  default:
+    return false;
+  }
+}
+
+/* The command's stdio: /dev/null, a pipe fed by STDIN frames, or a new terminal. */
+struct stdio_set {
+  int in_r, in_w; /* stdin pipe */
+  int master, slave;
+  int outp[2], errp[2];
+  int devnull;
+};
+
+static void stdio_close(struct stdio_set *io)
+{
+  int *fds[] = {&io->in_r,    &io->in_w,    &io->slave,   &io->outp[0],
+                &io->outp[1], &io->errp[0], &io->errp[1], &io->devnull};
+  for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+    if (*fds[i] >= 0) {
+      close(*fds[i]);
+      *fds[i] = -1;
+    }
+  agent_pty_close(io->master);
+  io->master = -1;
+}
+
+static int stdio_open(struct stdio_set *io, const struct exec_req *r, struct spawn_args *a,
+                      sbx_error_t *err)
+{
+  *io = (struct stdio_set){-1, -1, -1, -1, {-1, -1}, {-1, -1}, -1};
+  if (r->flags & SBX_EXEC_PTY) {
+    io->master = agent_pty_open((unsigned) r->rows, (unsigned) r->cols, &io->slave, err);
+    if (io->master < 0)
+      return -1;
+    a->in = a->out = a->err = io->slave;
+    a->ctty = true;
+    return 0;
+  }
+  bool merge = r->flags & SBX_EXEC_MERGE_OUTPUT;
+  int inp[2] = {-1, -1};
+  if (r->flags & SBX_EXEC_STDIN) {
+    if (pipe2(inp, O_CLOEXEC) < 0) {
+      sbx_make_error(err, errno, SBX_E_IO, "create pipes");
+      return -1;
+    }
+    io->in_r = inp[0];
+    io->in_w = inp[1];
+    fcntl(io->in_w, F_SETFL, O_NONBLOCK);
+  } else if ((io->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+    sbx_make_error(err, errno, SBX_E_IO, "open /dev/null");
+    return -1;
+  }
+  if (pipe2(io->outp, O_CLOEXEC) < 0 || (!merge && pipe2(io->errp, O_CLOEXEC) < 0)) {
+    sbx_make_error(err, errno, SBX_E_IO, "create pipes");
+    stdio_close(io);
+    return -1;
+  }
+  a->in = io->in_r >= 0 ? io->in_r : io->devnull;
+  a->out = io->outp[1];
+  a->err = merge ? io->outp[1] : io->errp[1];
+  return 0;
+}
+
+/* A terminal's last output after its command exited: read until the terminal says all its
+ * users are gone (EIO), or until it has been quiet for a moment (a background job that keeps
+ * it open does not keep us waiting). */
+static void drain_pty(struct agent_conn *c, struct stream *so, char *buf, bool *client_gone)
+{
+  /* a background job writing without pause must not hold the EXIT back: 500 ms at most */
+  uint64_t until = sbx_now_ms() + 500;
+  while (so->fd >= 0 && sbx_now_ms() < until) {
+    struct pollfd p = {so->fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0 || pump(c, so, buf, 65536, client_gone) == PUMP_EOF)
+      break;
+  }
 }
 
 /* (No goto past the cleanup variables below: clang refuses to jump over them.) */
 static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *path, char **argv,
                           char **envp, sbx_error_t *err)
 {
-  bool merge = r->flags & SBX_EXEC_MERGE_OUTPUT;
-  int outp[2] = {-1, -1}, errp[2] = {-1, -1};
-  cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || (!merge && pipe2(errp, O_CLOEXEC) < 0)) {
-    sbx_make_error(err, errno, SBX_E_IO, "create pipes");
-    return close_pipes(outp, errp);
-  }
-  struct spawn_args a = {.path = path,
-                         .argv = argv,
-                         .envp = envp,
-                         .cwd = r->cwd,
-                         .in = devnull,
-                         .out = outp[1],
-                         .err = merge ? outp[1] : errp[1]};
+  struct spawn_args a = {.path = path, .argv = argv, .envp = envp, .cwd = r->cwd};
+  struct stdio_set io;
+  if (stdio_open(&io, r, &a, err) < 0)
+    return -1;
   int pidfd_raw = -1;
   pid_t pid = spawn(&a, &pidfd_raw);
   if (pid < 0) {
     sbx_make_error(err, errno, SBX_E_IO, "start the command");
-    return close_pipes(outp, errp);
+    stdio_close(&io);
+    return -1;
   }
   cleanup_close int pidfd = pidfd_raw;
-  close(outp[1]);
-  if (errp[1] >= 0)
-    close(errp[1]);
-  cleanup_close int out_r = outp[0];
-  cleanup_close int err_r = errp[0];
-  fcntl(out_r, F_SETFL, O_NONBLOCK);
-  if (err_r >= 0)
-    fcntl(err_r, F_SETFL, O_NONBLOCK);
+  /* what the child has; ours to keep: the read ends, the stdin write end, the master */
+  int keep_out = io.master >= 0 ? io.master : io.outp[0];
+  int keep_err = io.errp[0];
+  struct agent_input in = {
+      .fd = io.master >= 0 ? io.master : io.in_w, .pty = io.master >= 0, .own = io.in_w >= 0};
+  int master = io.master;
+  io.master = io.outp[0] = io.errp[0] = io.in_w = -1;
+  stdio_close(&io);
+  fcntl(keep_out, F_SETFL, O_NONBLOCK);
+  if (keep_err >= 0)
+    fcntl(keep_err, F_SETFL, O_NONBLOCK);
 
   struct cmd *e = register_cmd(r->id, pid, false, NULL);
   bool client_gone = send_started(c, e ? e->id : "", pid) < 0;
@@ -401,24 +522,29 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   if (client_gone && kill_on_gone)
     kill_group(pid, SIGKILL);
 
-  struct stream so = {out_r, SBX_MSG_STDOUT, r->out_cap, 0, 0};
-  struct stream se = {err_r, SBX_MSG_STDERR, r->err_cap, 0, 0};
+  struct stream so = {keep_out, SBX_MSG_STDOUT, r->out_cap, 0, 0};
+  struct stream se = {keep_err, SBX_MSG_STDERR, r->err_cap, 0, 0};
   uint64_t start = sbx_now_ms();
   uint64_t deadline = r->timeout_ms ? start + r->timeout_ms : 0;
   bool timed_out = false, exited = false;
   siginfo_t si = {0};
   cleanup_free char *buf = xmalloc(65536);
   while (!exited) {
-    struct pollfd fds[4] = {{so.fd, POLLIN, 0},
+    /* while input is queued the client is not read: its writes wait (bounded memory) */
+    bool queued = agent_input_pending(&in);
+    struct pollfd fds[5] = {{so.fd, POLLIN, 0},
                             {se.fd, POLLIN, 0},
                             {pidfd, POLLIN, 0},
-                            {client_gone ? -1 : c->fd, POLLIN, 0}};
+                            {client_gone || queued ? -1 : c->fd, POLLIN, 0},
+                            {queued && in.fd != so.fd ? in.fd : -1, POLLOUT, 0}};
+    if (queued && in.fd == so.fd)
+      fds[0].events |= POLLOUT;
     int timeout = -1;
     if (deadline) {
       uint64_t now = sbx_now_ms();
       timeout = now >= deadline ? 0 : (int) (deadline - now);
     }
-    int n = poll(fds, 4, timeout);
+    int n = poll(fds, 5, timeout);
     if (n < 0 && errno != EINTR)
       break;
     if (deadline && sbx_now_ms() >= deadline) {
@@ -428,23 +554,22 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
     }
     if (n <= 0)
       continue;
-    if (fds[0].revents && pump(c, &so, buf, 65536, &client_gone) == PUMP_EOF)
+    if ((fds[4].revents || (fds[0].revents & POLLOUT)) && queued)
+      agent_input_flush(&in);
+    if ((fds[0].revents & ~POLLOUT) && pump(c, &so, buf, 65536, &client_gone) == PUMP_EOF)
       so.fd = -1;
     if (fds[1].revents && pump(c, &se, buf, 65536, &client_gone) == PUMP_EOF)
       se.fd = -1;
     if (fds[3].revents) {
-      /* the only thing a client may send during an exec is SIGNAL */
       sbx_frame_hdr_t hdr;
       cleanup_free char *payload = NULL;
-      if (sbx_frame_recv(c->fd, &hdr, &payload, 4096) < 0 || hdr.type != SBX_MSG_SIGNAL) {
+      if (sbx_frame_recv(c->fd, &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0 ||
+          !client_frame(&hdr, payload, pid, master, &in)) {
         client_gone = true;
         if (kill_on_gone)
           kill_group(pid, SIGKILL);
-      } else {
-        uint64_t sig = SIGTERM;
-        sbx_tlv_get_u64(payload, hdr.len, SBX_T_SIGNO, SIGTERM, &sig);
-        if (sig > 0 && sig < 65)
-          kill_group(pid, (int) sig);
+        else if (in.own)
+          agent_input_eof(&in); /* nobody feeds the command any more */
       }
     }
     if (fds[2].revents) {
@@ -460,10 +585,20 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   }
   /* Drain what the shell left in the pipes; a background child holding them open does not
    * keep us waiting (the read ends are non-blocking). */
-  while (so.fd >= 0 && pump(c, &so, buf, 65536, &client_gone) == PUMP_DATA)
-    ;
+  if (master >= 0)
+    drain_pty(c, &so, buf, &client_gone);
+  else
+    while (so.fd >= 0 && pump(c, &so, buf, 65536, &client_gone) == PUMP_DATA)
+      ;
   while (se.fd >= 0 && pump(c, &se, buf, 65536, &client_gone) == PUMP_DATA)
     ;
+  agent_input_free(&in);
+  if (master >= 0)
+    agent_pty_close(master);
+  else
+    close(keep_out);
+  if (keep_err >= 0)
+    close(keep_err);
   int code = timed_out ? 124 : exit_code_of(&si);
   if (e) {
     pthread_mutex_lock(&table_lock);

@@ -94,6 +94,12 @@ int cmd_pull(struct cli *c, int argc, char **argv);
 int cli_with_sandbox(struct cli *c, struct cli_scope *s, int (*fn)(sbx_sandbox_t *, void *),
                      void *arg);
 
+/* interactive.c: a command fed from our stdin (tty: on a terminal in the sandbox); returns
+ * its exit status as cli_run_command does. timeout <= 0: none. */
+int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
+                        const char *const *argv, const char *const *env, size_t n_env,
+                        double timeout, bool tty);
+int cmd_shell(struct cli *c, int argc, char **argv);
 /* shared by exec and run */
 int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const char *const *env,
                     size_t n_env, double timeout, bool json);

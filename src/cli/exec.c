@@ -3,22 +3,32 @@
 
 #include "util.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: sbx exec -t THREAD [-u USER] [-e KEY=VALUE]... [--timeout SECONDS] [--json]\n"
+    "Usage: sbx exec -t THREAD [-u USER] [-i] [-T] [-e KEY=VALUE]... [--timeout SECONDS] [--json]\n"
     "                [--image IMAGE] -- COMMAND\n"
     "\n"
     "Runs `sh -lc COMMAND` in /mnt/user-data/workspace of the scope's sandbox, stdin from\n"
-    "/dev/null. stdout and stderr go to ours as they arrive; the exit status is the command's\n"
-    "(124 on timeout, 128+N if killed by signal N). Background processes the command starts\n"
-    "keep running for later calls.\n"
+    "/dev/null (with -i: ours). stdout and stderr go to ours as they arrive; the exit status\n"
+    "is the command's (124 on timeout, 128+N if killed by signal N). Background processes the\n"
+    "command starts keep running for later calls.\n"
     "\n"
+    "  -i, --interactive     stdin from ours (EOF on ours closes the command's); no deadline\n"
+    "                        unless --timeout is given; SIGINT/SIGTERM/SIGHUP sent to us go\n"
+    "                        to the command\n"
+    "  -T, --tty             run on a terminal in the sandbox (implies -i; docker's -it: -t\n"
+    "                        is the thread here). Our terminal is in raw mode until the\n"
+    "                        command ends (^C reaches the command, not sbx); window size\n"
+    "                        changes are forwarded; stdout and stderr are the terminal's\n"
+    "                        output. The detach keys of docker (^P ^Q) are not taken: there\n"
+    "                        is no attach, and a shell needs ^P\n"
     "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$), required\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
     "  -e, --env KEY=VALUE   set a variable for this command (repeatable)\n"
-    "      --timeout SECONDS default: sandbox.bash_command_timeout (600)\n"
+    "      --timeout SECONDS default: sandbox.bash_command_timeout (600); -i, -T: none\n"
     "      --image IMAGE     make the sandbox from this image (default: sandbox.image;\n"
     "                        applies when the sandbox is created)\n"
     "      --json            print {\"stdout\",\"stderr\",\"exit_code\",\"timed_out\",\"output\"}\n"
@@ -62,11 +72,20 @@ int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const
   return ret;
 }
 
+static bool cli_env_has(const sbx_strv_t *env, const char *key)
+{
+  size_t k = strlen(key);
+  for (size_t i = 0; i < env->n; i++)
+    if (strncmp(env->v[i], key, k) == 0 && env->v[i][k] == '=')
+      return true;
+  return false;
+}
+
 struct exec_args {
   const char *image;
   sbx_strv_t env;
   double timeout;
-  bool json;
+  bool json, interactive, tty;
 };
 
 static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
@@ -78,10 +97,16 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
       return cli_usage_error(c, "-e needs KEY=VALUE, got '%s'", arg);
     sbx_strv_push(&a->env, arg);
     return 0;
-  case 'I':
+  case 2:
     a->image = arg;
     return 0;
+  case 'i':
+    a->interactive = true;
+    return 0;
   case 'T':
+    a->tty = a->interactive = true;
+    return 0;
+  case 1:
     if (!cli_parse_seconds(arg, &a->timeout))
       return cli_usage_error(c, "--timeout needs a positive number of seconds, got '%s'", arg);
     return 0;
@@ -96,13 +121,17 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
 int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool scoped)
 {
   static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
-                                       {"timeout", required_argument, NULL, 'T'},
+                                       {"timeout", required_argument, NULL, 1},
+                                       {"interactive", no_argument, NULL, 'i'},
+                                       {"tty", no_argument, NULL, 'T'},
                                        {"json", no_argument, NULL, 'j'},
-                                       {"image", required_argument, NULL, 'I'},
+                                       {"image", required_argument, NULL, 2},
                                        {NULL, 0, NULL, 0}};
   struct cli_scope s = {0};
   struct exec_args a = {0};
-  int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:", on_opt, &a, -1);
+  int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:iT", on_opt, &a, -1);
+  if (r == 0 && a.interactive && a.json)
+    r = cli_usage_error(c, "--json cannot be combined with -i or --tty");
   if (r == 0)
     r = cli_open(c);
   /* for this sandbox only: the spares made after this call are the configured image's */
@@ -120,8 +149,14 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
       r = cli_fail(&err);
     } else {
       cleanup_free char *id = xstrdup(sbx_sandbox_id(sb));
-      r = cli_run_command(c, sb, command, (const char *const *) a.env.v, a.env.n, a.timeout,
-                          a.json);
+      if (a.tty && getenv("TERM") && !cli_env_has(&a.env, "TERM"))
+        sbx_strv_push_owned(&a.env, xasprintf("TERM=%s", getenv("TERM")));
+      if (a.interactive)
+        r = cli_run_interactive(c, sb, command, NULL, (const char *const *) a.env.v, a.env.n,
+                                a.timeout, a.tty);
+      else
+        r = cli_run_command(c, sb, command, (const char *const *) a.env.v, a.env.n, a.timeout,
+                            a.json);
       int e = scoped ? sbx_release(c->provider, id, &err) : sbx_destroy(c->provider, id, &err);
       if (e < 0 && r == 0)
         r = cli_fail(&err);

@@ -4,7 +4,8 @@
 #include "util.h"
 
 static const char usage[] =
-    "Usage: sbx run [-e KEY=VALUE]... [--timeout SECONDS] [--json] [--image IMAGE] -- COMMAND\n"
+    "Usage: sbx run [-i] [-T] [-e KEY=VALUE]... [--timeout SECONDS] [--json] [--image IMAGE]\n"
+    "               -- COMMAND\n"
     "\n"
     "Creates a sandbox with a random id, runs `sh -lc COMMAND` in it like `sbx exec`, and\n"
     "destroys it (with every process the command started). Exit status as for exec.\n"

@@ -23,7 +23,9 @@
 #define SBX_PROTO_HDR 12
 #define SBX_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB; DATA chunks are at most 256 KiB */
 #define SBX_PROTO_CHUNK (256u << 10)
-#define SBX_READ_TEXT_MAX (100u << 20) /* read_file: the largest text sbx-init reads and sends */
+#define SBX_PTY_MAX_DIM 4096            /* rows and columns of a terminal */
+#define SBX_STDIN_MAX_FRAME (64u << 10) /* the largest STDIN frame sbx-init takes */
+#define SBX_READ_TEXT_MAX (100u << 20)  /* read_file: the largest text sbx-init reads and sends */
 
 enum sbx_msg {
   /* requests */
@@ -50,6 +52,10 @@ enum sbx_msg {
   SBX_MSG_REPLACE = 21,
   SBX_MSG_METRICS = 22,
   SBX_MSG_SET_IDLE = 23, /* idle expiry from now on: SBX_T_TIMEOUT_MS, 0 = never */
+  /* sent by the client during an EXEC with SBX_EXEC_STDIN or SBX_EXEC_PTY (never on their own) */
+  SBX_MSG_STDIN = 24,     /* raw bytes for the command's stdin (or the terminal) */
+  SBX_MSG_STDIN_EOF = 25, /* no more input: the pipe is closed (a terminal gets its EOF char) */
+  SBX_MSG_RESIZE = 26,    /* the terminal's new size: SBX_T_ROWS, SBX_T_COLS */
   /* replies and streams */
   SBX_MSG_OK = 100,
   SBX_MSG_ERR = 101,
@@ -119,6 +125,8 @@ enum sbx_tag {
   SBX_T_MEM_USED = 54,
   SBX_T_CPU_COUNT = 55,
   SBX_T_CPU_USAGE_US = 56,
+  SBX_T_ROWS = 57, /* terminal size (EXEC with SBX_EXEC_PTY, RESIZE): 1..SBX_PTY_MAX_DIM */
+  SBX_T_COLS = 58,
 };
 
 /* SBX_T_FLAGS bits */
@@ -127,6 +135,8 @@ enum {
   SBX_EXEC_BACKGROUND = 1u << 1,         /* detach: output to a log read by CMD_LOGS */
   SBX_EXEC_MERGE_OUTPUT = 1u << 2,       /* stderr into stdout */
   SBX_EXEC_ARGV = 1u << 3,               /* run SBX_T_ARG argv directly, no shell */
+  SBX_EXEC_STDIN = 1u << 4,              /* stdin is a pipe fed by STDIN frames (not /dev/null) */
+  SBX_EXEC_PTY = 1u << 5, /* run on a new terminal: its output is STDOUT, STDIN feeds it */
   SBX_WRITE_APPEND = 1u << 8,
   SBX_WRITE_PARENTS = 1u << 9, /* create missing parent directories */
   SBX_WRITE_ATOMIC = 1u << 10, /* write a temp file and rename it over the target */

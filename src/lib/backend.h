@@ -85,6 +85,10 @@ struct sbx_backend_ops {
                   sbx_error_t *err);
   int (*connect_port)(struct sbx_instance *in, int port, sbx_error_t *err);
   int (*metrics)(struct sbx_instance *in, struct sbx_metrics *m, sbx_error_t *err);
+  /* an interactive command (include/sbx/sbx.h), the session's functions are the backend's */
+  sbx_session_t *(*session_start)(struct sbx_instance *in, const char *command,
+                                  const struct sbx_exec_opts *o, const struct sbx_session_opts *so,
+                                  sbx_error_t *err);
 };
 
 /* One sandbox as the library sees it. */

@@ -3,6 +3,7 @@
  * logs, port connections and metrics. Same rules as the contract: absolute, traversal-free
  * paths; a terminal error evicts the sandbox. */
 #include "provider.h"
+#include "text.h"
 
 #include <string.h>
 
@@ -159,4 +160,42 @@ int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err)
 bool sbx_sandbox_managed(const sbx_sandbox_t *sb)
 {
   return sb && sb->in.meta.managed;
+}
+
+sbx_session_t *sbx_session_start(sbx_sandbox_t *sb, const char *command,
+                                 const struct sbx_exec_opts *opts,
+                                 const struct sbx_session_opts *so, sbx_error_t *err)
+{
+  if (op_check(sb, (const void *) (sb ? sb->in.ops->session_start : NULL), "interactive command",
+               err) < 0)
+    return NULL;
+  if ((opts == NULL || opts->argv == NULL) && (command == NULL || command[0] == '\0')) {
+    sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
+    return NULL;
+  }
+  if (opts && opts->background) {
+    sbx_make_error(err, 0, SBX_E_INVALID, "an interactive command cannot run in the background");
+    return NULL;
+  }
+  if (opts && opts->timeout < 0) {
+    sbx_make_error(err, 0, SBX_E_INVALID, "timeout must not be negative");
+    return NULL;
+  }
+  for (size_t i = 0; opts && i < opts->n_env; i++) {
+    const char *eq = strchr(opts->env[i], '=');
+    if (eq == NULL || !sbx_env_key_valid(opts->env[i], (size_t) (eq - opts->env[i]))) {
+      sbx_make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE: %s",
+                     opts->env[i]);
+      return NULL;
+    }
+  }
+  if (so && so->tty && (so->rows > SBX_TTY_MAX_DIM || so->cols > SBX_TTY_MAX_DIM)) {
+    sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be at most %d rows and columns",
+                   SBX_TTY_MAX_DIM);
+    return NULL;
+  }
+  sbx_session_t *s = sb->in.ops->session_start(&sb->in, command, opts, so, err);
+  if (s == NULL)
+    done(sb, -1, err);
+  return s;
 }

@@ -371,6 +371,37 @@ static void broken_sandbox_evicted(void **state)
   assert_int_equal(fake.creates, 2);
 }
 
+/* A backend without interactive commands says so, and the sandbox stays usable. */
+static void session_unsupported(void **state)
+{
+  sbx_provider_t *p = provider(*state);
+  char a[17];
+  acquire(p, "t1", a);
+  sbx_sandbox_t *sb = sbx_get(p, a);
+  sbx_error_t err = NULL;
+  struct sbx_session_opts so = {.tty = true};
+  assert_null(sbx_session_start(sb, "sh", NULL, &so, &err));
+  assert_int_equal(err->kind, SBX_E_UNSUPPORTED);
+  assert_non_null(strstr(err->msg, "interactive command"));
+  sbx_error_release(&err);
+  assert_null(sbx_session_start(NULL, "sh", NULL, &so, &err));
+  assert_int_equal(err->kind, SBX_E_INVALID);
+  sbx_error_release(&err);
+  assert_ptr_equal(sbx_get(p, a), sb);
+  struct sbx_exec_result r;
+  assert_int_equal(sbx_execute_command(sb, "x", NULL, &r, &err), 0);
+  sbx_exec_result_free(&r);
+  /* the calls on a session refuse a NULL one with an error, not a crash */
+  assert_int_equal(sbx_session_write(NULL, "x", 1, &err), -1);
+  assert_int_equal(err->kind, SBX_E_INVALID);
+  sbx_error_release(&err);
+  assert_int_equal(sbx_session_resize(NULL, 24, 80, &err), -1);
+  assert_int_equal(err->kind, SBX_E_INVALID);
+  sbx_error_release(&err);
+  assert_int_equal(sbx_session_fd(NULL), -1);
+  sbx_session_free(NULL);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -389,6 +420,7 @@ int main(void)
       cmocka_unit_test_setup_teardown(shutdown_undoes_spares, setup, teardown),
       cmocka_unit_test_setup_teardown(exec_output_rendered_once, setup, teardown),
       cmocka_unit_test_setup_teardown(broken_sandbox_evicted, setup, teardown),
+      cmocka_unit_test_setup_teardown(session_unsupported, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -241,46 +241,85 @@ static int exec_frame(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char 
   }
 }
 
-int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
-                    struct sbx_exec_result *res, sbx_error_t *err)
+/* The EXEC request for command (or o->argv) with the configured and sandbox environment. */
+static void exec_request(struct sbx_instance *in, const char *command,
+                         const struct sbx_exec_opts *o, uint64_t flags, sbx_tlv_writer_t *w,
+                         uint64_t *timeout_ms_out, bool *no_timeout_out)
 {
   const struct sbx_config *cfg = in->cfg;
   double timeout = o && o->timeout > 0 ? o->timeout : cfg->bash_command_timeout;
   uint64_t cap = o && o->out_cap ? o->out_cap : cfg->output_max_bytes;
-  uint64_t flags = 0;
   if (o && o->kill_on_disconnect)
     flags |= SBX_EXEC_KILL_ON_DISCONNECT;
   if (o && o->background)
     flags |= SBX_EXEC_BACKGROUND;
   if (o && o->merge_output)
     flags |= SBX_EXEC_MERGE_OUTPUT;
-  sbx_tlv_writer_t w = {0};
   if (o && o->argv) {
     flags |= SBX_EXEC_ARGV;
     for (const char *const *a = o->argv; *a; a++)
-      sbx_tlv_put_str(&w, SBX_T_ARG, *a);
+      sbx_tlv_put_str(w, SBX_T_ARG, *a);
   } else {
-    sbx_tlv_put_str(&w, SBX_T_CMD, command);
+    sbx_tlv_put_str(w, SBX_T_CMD, command);
   }
   for (size_t i = 0; i < cfg->n_environment; i++) {
     cleanup_free char *kv = xasprintf("%s=%s", cfg->environment[i].key, cfg->environment[i].value);
-    sbx_tlv_put_str(&w, SBX_T_ENV, kv);
+    sbx_tlv_put_str(w, SBX_T_ENV, kv);
   }
   for (size_t i = 0; i < in->meta.env.n; i++)
-    sbx_tlv_put_str(&w, SBX_T_ENV, in->meta.env.v[i]);
+    sbx_tlv_put_str(w, SBX_T_ENV, in->meta.env.v[i]);
   for (size_t i = 0; o && i < o->n_env; i++)
-    sbx_tlv_put_str(&w, SBX_T_ENV, o->env[i]);
+    sbx_tlv_put_str(w, SBX_T_ENV, o->env[i]);
   if (o && o->cwd)
-    sbx_tlv_put_str(&w, SBX_T_CWD, o->cwd);
+    sbx_tlv_put_str(w, SBX_T_CWD, o->cwd);
   if (o && o->id)
-    sbx_tlv_put_str(&w, SBX_T_ID, o->id);
+    sbx_tlv_put_str(w, SBX_T_ID, o->id);
   uint64_t timeout_ms = (uint64_t) (timeout * 1000.0 + 0.5);
   bool no_timeout = o && (o->no_timeout || o->background);
   if (!no_timeout)
-    sbx_tlv_put_u64(&w, SBX_T_TIMEOUT_MS, timeout_ms ? timeout_ms : 1);
-  sbx_tlv_put_u64(&w, SBX_T_OUT_CAP, cap);
-  sbx_tlv_put_u64(&w, SBX_T_ERR_CAP, cap);
-  sbx_tlv_put_u64(&w, SBX_T_FLAGS, flags);
+    sbx_tlv_put_u64(w, SBX_T_TIMEOUT_MS, timeout_ms ? timeout_ms : 1);
+  sbx_tlv_put_u64(w, SBX_T_OUT_CAP, cap);
+  sbx_tlv_put_u64(w, SBX_T_ERR_CAP, cap);
+  sbx_tlv_put_u64(w, SBX_T_FLAGS, flags);
+  *timeout_ms_out = timeout_ms;
+  *no_timeout_out = no_timeout;
+}
+
+int sbx__agent_exec_start(struct sbx_instance *in, const char *command,
+                          const struct sbx_exec_opts *o, bool tty, unsigned rows, unsigned cols,
+                          char id[65], sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  uint64_t timeout_ms = 0;
+  bool no_timeout = false;
+  if (tty) {
+    sbx_tlv_put_u64(&w, SBX_T_ROWS, rows ? rows : 24);
+    sbx_tlv_put_u64(&w, SBX_T_COLS, cols ? cols : 80);
+  }
+  exec_request(in, command, o, tty ? SBX_EXEC_PTY : SBX_EXEC_STDIN, &w, &timeout_ms, &no_timeout);
+  cleanup_close int fd = request_tlv(in->dir, SBX_MSG_EXEC, &w, START_TIMEOUT_MS, "exec", err);
+  if (fd < 0)
+    return -1;
+  sbx_frame_hdr_t hdr;
+  cleanup_free char *p = NULL;
+  if (recv_frame(fd, &hdr, &p, "exec", err) < 0)
+    return -1;
+  if (hdr.type != SBX_MSG_STARTED)
+    return unexpected(hdr.type, "exec", err);
+  cleanup_free char *got = NULL;
+  sbx_tlv_get_str(p, hdr.len, SBX_T_ID, &got);
+  snprintf(id, 65, "%s", got ? got : "");
+  set_timeout(fd, 0); /* sbx-init enforces the command's deadline; a person may type slowly */
+  return steal_fd(&fd);
+}
+
+int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
+                    struct sbx_exec_result *res, sbx_error_t *err)
+{
+  sbx_tlv_writer_t w = {0};
+  uint64_t timeout_ms = 0;
+  bool no_timeout = false;
+  exec_request(in, command, o, 0, &w, &timeout_ms, &no_timeout);
 
   /* Starting is quick: a sandbox silent for 30 s before the command started (frozen, stuck) is
    * an error even for a command without a deadline. After that, sbx-init enforces the command's

@@ -10,6 +10,12 @@ int sbx__agent_ping(const char *dir, int timeout_ms, sbx_error_t *err);
 int sbx__agent_set_idle(const char *dir, uint64_t idle_ms, sbx_error_t *err);
 int sbx__agent_exec(struct sbx_instance *in, const char *command, const struct sbx_exec_opts *o,
                     struct sbx_exec_result *res, sbx_error_t *err);
+/* Starts an interactive command (stdin fed by STDIN frames; tty: on a new terminal of rows x
+ * cols): returns the connection once sbx-init sent STARTED (the command's id into id), for the
+ * session (session.c) to carry on. */
+int sbx__agent_exec_start(struct sbx_instance *in, const char *command,
+                          const struct sbx_exec_opts *o, bool tty, unsigned rows, unsigned cols,
+                          char id[65], sbx_error_t *err);
 /* Runs `true` within timeout_ms in all (connect, spawn, answer): the reclaim health check. */
 int sbx__agent_health(const char *dir, int timeout_ms, sbx_error_t *err);
 int sbx__agent_signal(struct sbx_instance *in, const char *cmd_id, int signo, sbx_error_t *err);
@@ -53,6 +59,10 @@ int sbx__agent_cmd_status(struct sbx_instance *in, const char *id, struct sbx_co
 int sbx__agent_cmd_logs(struct sbx_instance *in, const char *id, uint64_t cursor, int fd,
                         uint64_t *next, sbx_error_t *err);
 int sbx__agent_connect_port(struct sbx_instance *in, int port, sbx_error_t *err);
+/* session.c: the session_start operation */
+sbx_session_t *sbx__linux_session_start(struct sbx_instance *in, const char *command,
+                                        const struct sbx_exec_opts *o,
+                                        const struct sbx_session_opts *so, sbx_error_t *err);
 
 /* Generic request on a fresh connection; the reply's payload is returned for OK. */
 int sbx__agent_simple(const char *dir, uint16_t type, const void *req, size_t len, char **reply,

@@ -440,5 +440,6 @@ const struct sbx_backend_ops sbx_backend_linux = {
     .cmd_status = sbx__agent_cmd_status,
     .cmd_logs = sbx__agent_cmd_logs,
     .connect_port = sbx__agent_connect_port,
+    .session_start = sbx__linux_session_start,
     .metrics = linux_metrics,
 };
