@@ -540,12 +540,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   }
   srv.home = xstrdup(sbx_provider_home(srv.p));
   srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
-  char *bound = NULL;
-  if (sbxd_registry_start() < 0 || sbxd_server_start(&bound) < 0)
+  if (sbxd_registry_start() < 0 || sbxd_server_start() < 0)
     abort();
-  free(srv.listen);
-  srv.listen = bound;
-  const char *colon = strrchr(bound, ':');
+  const char *colon = strrchr(srv.listen, ':');
   server.sin_family = AF_INET;
   server.sin_port = htons((uint16_t) atoi(colon + 1));
   server.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -153,14 +153,11 @@ static int start(const char *home)
   srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   if (sbxd_registry_start() < 0)
     return 1;
-  char *bound = NULL;
-  if (sbxd_server_start(&bound) < 0) {
+  if (sbxd_server_start() < 0) {
     atomic_store(&srv.stopping, true);
     sbxd_registry_stop(true);
     return 1;
   }
-  free(srv.listen);
-  srv.listen = bound;
   if (sbxd_spares_start() < 0)
     sbxd_log(SBXD_WARN, "cannot start the thread that keeps spares ready");
   sbxd_log_json(SBXD_INFO, "listening",

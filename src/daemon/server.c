@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static struct MHD_Daemon *mhd;
 
@@ -196,35 +198,14 @@ bool sbxd_listen_is_loopback(const char *listen)
   return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *) &ss)->sin6_addr);
 }
 
-int sbxd_server_start(char **bound)
+/* The address fd is bound to, as HOST:PORT ([V6]:PORT). */
+static char *bound_address(int fd)
 {
-  struct sockaddr_storage ss;
-  bool v6;
-  if (parse_listen(srv.listen, &ss, &v6) < 0) {
-    sbxd_log(SBXD_ERROR, "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT)",
-             srv.listen);
-    return -1;
-  }
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-  mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *) &ss, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned) SBXD_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned) 300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
-                         MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned) 1024, MHD_OPTION_END);
-  if (mhd == NULL) {
-    sbxd_log(SBXD_ERROR, "cannot listen on %s: %s", srv.listen,
-             strerror(errno ? errno : EADDRINUSE));
-    return -1;
-  }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_LISTEN_FD);
-  struct sockaddr_storage got;
+  struct sockaddr_storage got = {0};
   socklen_t len = sizeof got;
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
-  if (info && getsockname(info->listen_fd, (struct sockaddr *) &got, &len) == 0) {
+  if (getsockname(fd, (struct sockaddr *) &got, &len) == 0) {
     if (got.ss_family == AF_INET) {
       inet_ntop(AF_INET, &((struct sockaddr_in *) &got)->sin_addr, host, sizeof host);
       port = ntohs(((struct sockaddr_in *) &got)->sin_port);
@@ -233,8 +214,49 @@ int sbxd_server_start(char **bound)
       port = ntohs(((struct sockaddr_in6 *) &got)->sin6_port);
     }
   }
-  *bound =
-      got.ss_family == AF_INET6 ? xasprintf("[%s]:%d", host, port) : xasprintf("%s:%d", host, port);
+  return got.ss_family == AF_INET6 ? xasprintf("[%s]:%d", host, port)
+                                   : xasprintf("%s:%d", host, port);
+}
+
+int sbxd_server_start(void)
+{
+  struct sockaddr_storage ss;
+  bool v6;
+  if (parse_listen(srv.listen, &ss, &v6) < 0) {
+    sbxd_log(SBXD_ERROR, "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT)",
+             srv.listen);
+    return -1;
+  }
+  /* bound here, before libmicrohttpd's threads exist: srv.listen (the handlers read it for the
+   * endpoints they hand out) is the bound address before the first request can arrive */
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+      bind(fd, (struct sockaddr *) &ss,
+           v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) < 0 ||
+      listen(fd, 1024) < 0) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    sbxd_log(SBXD_ERROR, "cannot listen on %s: %s", srv.listen, strerror(e));
+    return -1;
+  }
+  free(srv.listen);
+  srv.listen = bound_address(fd);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+  mhd = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned) SBXD_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned) 300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  if (mhd == NULL) {
+    int e = errno;
+    close(fd);
+    sbxd_log(SBXD_ERROR, "cannot serve on %s: %s", srv.listen, strerror(e ? e : EINVAL));
+    return -1;
+  }
   return 0;
 }
 

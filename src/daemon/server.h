@@ -8,8 +8,8 @@
 #define SBXD_MAX_CONNECTIONS 1024
 
 bool sbxd_listen_is_loopback(const char *listen);
-/* Listens on srv.listen; *bound gets the address actually bound. */
-int sbxd_server_start(char **bound);
+/* Listens on srv.listen, which becomes the address actually bound (before any request). */
+int sbxd_server_start(void);
 void sbxd_server_stop(void);
 /* The connections being served now (0 when not listening). */
 unsigned sbxd_server_connections(void);

@@ -117,7 +117,8 @@ int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t 
    * (waiting for its exit here would be most of the cost) */
   enum { STACK = 16384 };
   h->stack = xmalloc(STACK); /* one per call: libsbx callers are threads */
-  h->pid = clone(idle, (char *) h->stack + STACK, CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL);
+  h->pid = sbx__clone_vm(idle, (char *) h->stack + STACK, CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL,
+                         NULL);
   if (h->pid < 0) {
     int e = errno;
     free(h->stack);
