@@ -55,6 +55,7 @@ struct sbx_config {
   uint64_t tmp_size_mib;            /* writable /tmp inside, default 1024 */
   uint64_t home_size_mib;           /* writable home inside, default 256 */
   uint64_t user_data_size_mib;      /* size cap of a thread folder (an ext4 image), 0 = none */
+  uint64_t disk_mib; /* size cap of an image sandbox's writable upper (an ext4 image), 0 = none */
   uint64_t image_layer_max_mib;     /* image import: bytes of one layer (or archive), 16384 */
   uint64_t image_layer_max_entries; /* image import: entries of one layer, 1000000 */
   int64_t health_check_timeout;     /* seconds, default 10 */
