@@ -55,7 +55,6 @@ struct sbx_config {
   uint64_t tmp_size_mib;            /* writable /tmp inside, default 1024 */
   uint64_t home_size_mib;           /* writable home inside, default 256 */
   uint64_t user_data_size_mib;      /* size cap of a thread folder (an ext4 image), 0 = none */
-  uint64_t disk_mib; /* size cap of an image sandbox's writable upper (an ext4 image), 0 = none */
   uint64_t image_layer_max_mib;     /* image import: bytes of one layer (or archive), 16384 */
   uint64_t image_layer_max_entries; /* image import: entries of one layer, 1000000 */
   int64_t health_check_timeout;     /* seconds, default 10 */
@@ -64,6 +63,8 @@ struct sbx_config {
   double health_check_skip_seconds;
   /* sandboxes started ahead of time, each taken by the next create (default 0: none) */
   int spares;
+  /* size cap of an image sandbox's writable upper (an ext4 image in its state folder), 0 = none */
+  uint64_t disk_mib;
   /* cgroups of the linux backend (docs/hosts.md): "auto" (default), "cgroupfs", "systemd" or
    * "none" (no
    * cgroups: no memory, process or CPU limits); cgroup_required (default true) refuses to start
