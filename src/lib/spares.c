@@ -4,9 +4,9 @@
  * The spare pool is a pool of its own over $home/spare (same layout: sandboxes/, locks/), held
  * by the provider as p->spares (struct sbx_spares, over the instance layer like the provider). A
  * spare is a throw-away sandbox made for one configuration (meta spare_key: backend, image, pids,
- * network, /tmp and home sizes, an image's disk_mib, mounts). Taking one, under the new sandbox's
- * own lock: lock the spare (skipping busy ones), check it is alive and made for the configuration
- * wanted, rename its folder to the new id's (atomic; RENAME_NOREPLACE), then the backend adopts it (ops->adopt: its
+ * network, /tmp and home sizes, mounts). Taking one, under the new sandbox's own lock: lock the
+ * spare (skipping busy ones), check it is alive and made for the configuration wanted, rename its
+ * folder to the new id's (atomic; RENAME_NOREPLACE), then the backend adopts it (ops->adopt: its
  * name, the user-data folder). Filling runs the instance layer's create in the spare pool under
  * locks/fill, so one filler per home works at a time; front-ends run it in the background (sbxd:
  * a thread; the CLI: a detached process after a verb that took one).
