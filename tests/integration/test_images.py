@@ -567,3 +567,22 @@ def test_disk_cap_with_spares(make_sbx, tmp_path, bb_docker):
     while _loops_of(s.home) and time.time() < deadline:
         time.sleep(0.1)
     assert _loops_of(s.home) == [] and _host_mounts_under(s.home) == []
+
+
+def test_uncapped_spare_not_taken_by_capped_config(make_sbx, tmp_path, bb_docker):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n")
+    s = make_sbx(config=str(plain))
+    s.ok("image", "import", bb_docker)
+    sh(s, "first", "true")
+    deadline = time.time() + 30
+    while not _spare_pids(s.home) and time.time() < deadline:
+        time.sleep(0.2)
+    spares = _spare_pids(s.home)
+    assert spares
+    capped = tmp_path / "capped.yaml"
+    capped.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n  disk_mib: 16\n")
+    c = make_sbx(home=s.home, config=str(capped))
+    r = sh(c, "mine", "dd if=/dev/zero of=/big bs=1M count=32 2>&1; echo rc=$?")
+    assert "No space left on device" in r["stdout"], r
+    assert {i["thread"]: i["pid"] for i in c.ps()}["mine"] not in spares
