@@ -70,6 +70,8 @@ struct sbx_config {
   double health_check_skip_seconds;
   /* sandboxes started ahead of time, each taken by the next create (default 0: none) */
   int spares;
+  /* size cap of an image sandbox's writable upper (an ext4 image in its state folder), 0 = none */
+  uint64_t disk_mib;
   /* cgroups of the linux backend (docs/hosts.md): "auto" (default), "cgroupfs", "systemd" or
    * "none" (no
    * cgroups: no memory, process or CPU limits); cgroup_required (default true) refuses to start

@@ -664,6 +664,7 @@ static const struct field sandbox_fields[] = {
     {"tmp_size_mib", F_U64, OFF(tmp_size_mib), true, MIB_MAX, NULL},
     {"home_size_mib", F_U64, OFF(home_size_mib), true, MIB_MAX, NULL},
     {"user_data_size_mib", F_U64, OFF(user_data_size_mib), false, MIB_MAX, NULL},
+    {"disk_mib", F_U64, OFF(disk_mib), false, MIB_MAX, NULL},
     {"image_layer_max_mib", F_U64, OFF(image_layer_max_mib), true, MIB_MAX, NULL},
     {"image_layer_max_entries", F_U64, OFF(image_layer_max_entries), true, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
@@ -1402,6 +1403,7 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx_buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
   sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
   sbx_buf_printf(&b, "  user_data_size_mib: %" PRIu64 "\n", cfg->user_data_size_mib);
+  sbx_buf_printf(&b, "  disk_mib: %" PRIu64 "\n", cfg->disk_mib);
   sbx_buf_printf(&b, "  image_layer_max_mib: %" PRIu64 "\n", cfg->image_layer_max_mib);
   sbx_buf_printf(&b, "  image_layer_max_entries: %" PRIu64 "\n", cfg->image_layer_max_entries);
   sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);

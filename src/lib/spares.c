@@ -58,6 +58,9 @@ char *sbx__spare_key(const struct sbx_pool *pool, const struct sbx_create_opts *
   sbx_buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", pool->ops->name, image,
                  (long long) c->pids, c->network ? c->network : "none",
                  (unsigned long long) c->tmp_size_mib, (unsigned long long) c->home_size_mib);
+  /* a spare's upper is capped (or not) when it is launched */
+  if (c->disk_mib && strcmp(image, "host") != 0)
+    sbx_buf_printf(&b, " disk=%llu", (unsigned long long) c->disk_mib);
   for (size_t i = 0; i < c->n_mounts; i++) {
     /* adopting replaces the mount on /mnt/user-data, and everything under it */
     if (strncmp(c->mounts[i].container_path, "/mnt/user-data", 14) == 0) {

@@ -486,3 +486,103 @@ def test_docker_archive_with_two_images_sharing_a_layer(sbx, tmp_path):
     # by digest prefix
     dg = listing(sbx)["one:1"]["digest"][7:19]
     assert sh(sbx, "c", "cat /which", image=dg)["stdout"] == "one"
+
+
+def _loops_of(path):
+    """Loop devices whose backing file is under path (the kernel's view, not our bookkeeping)."""
+    found = []
+    for b in os.listdir("/sys/block"):
+        try:
+            with open(os.path.join("/sys/block", b, "loop", "backing_file")) as f:
+                if f.read().strip().startswith(path):
+                    found.append(b)
+        except OSError:
+            pass
+    return found
+
+
+def _host_mounts_under(path):
+    with open("/proc/self/mountinfo") as f:
+        return [l for l in f if path in l]
+
+
+def _state_dirs(home):
+    d = os.path.join(home, "sandboxes")
+    return [os.path.join(d, i) for i in os.listdir(d)] if os.path.isdir(d) else []
+
+
+def test_disk_cap_on_the_upper(make_sbx, tmp_path, bb_docker):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sandbox:\n  image: busybox:test\n  disk_mib: 32\n")
+    s = make_sbx(config=str(cfg))
+    s.ok("image", "import", bb_docker)
+    # positive control: 8 MiB fits, and the root is the capped file system
+    r = sh(s, "w", "dd if=/dev/zero of=/keep bs=1M count=8 2>&1 && sync && echo kept; "
+           "stat -f -c '%b %S' /")
+    assert r["exit_code"] == 0 and "kept" in r["stdout"], r
+    blocks, bsize = r["stdout"].split("\n")[-2].split()
+    assert int(blocks) * int(bsize) <= 32 << 20, r
+    r = sh(s, "w", "dd if=/dev/zero of=/usr/big bs=1M count=64 2>&1; echo rc=$?; "
+           "ls -l /keep")
+    assert "No space left on device" in r["stdout"] and "rc=0" not in r["stdout"], r
+    assert " 8388608 " in r["stdout"], r
+    # the host's disk holds at most the cap; the host has nothing of it mounted
+    (state,) = _state_dirs(s.home)
+    img = os.path.join(state, "disk.img")
+    assert os.stat(img).st_blocks * 512 <= (32 << 20) + (1 << 20)
+    assert not os.path.exists(os.path.join(state, "upper"))
+    assert _host_mounts_under(s.home) == []
+    # what was written before the cap was hit survives release and the next command
+    s.ok("release", "-t", "w")
+    r = sh(s, "w", "rm /usr/big; wc -c < /keep; echo more > /more && cat /more")
+    assert r["stdout"] == "8388608\nmore\n", r
+    assert _loops_of(s.home), "the sandbox's upper is on a loop device"
+    s.ok("rm", "-t", "w")
+    deadline = time.time() + 10
+    while (_loops_of(s.home) or os.path.exists(state)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _loops_of(s.home) == [] and not os.path.exists(state)
+    assert _host_mounts_under(s.home) == []
+    # a new sandbox of the thread starts from the image again, capped again
+    assert sh(s, "w", "test -e /keep; echo $?")["stdout"] == "1\n"
+
+
+def test_disk_cap_with_spares(make_sbx, tmp_path, bb_docker):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n  disk_mib: 16\n")
+    s = make_sbx(config=str(cfg))
+    s.ok("image", "import", bb_docker)
+    sh(s, "first", "true")
+    deadline = time.time() + 30
+    while not _spare_pids(s.home) and time.time() < deadline:
+        time.sleep(0.2)
+    spares = _spare_pids(s.home)
+    assert spares
+    r = sh(s, "mine", "echo x > /y && cat /y; dd if=/dev/zero of=/big bs=1M count=32 2>&1; "
+           "echo rc=$?")
+    assert {i["thread"]: i["pid"] for i in s.ps()}["mine"] in spares
+    assert r["stdout"].startswith("x\n") and "No space left on device" in r["stdout"], r
+    s.down()
+    deadline = time.time() + 10
+    while _loops_of(s.home) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _loops_of(s.home) == [] and _host_mounts_under(s.home) == []
+
+
+def test_uncapped_spare_not_taken_by_capped_config(make_sbx, tmp_path, bb_docker):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n")
+    s = make_sbx(config=str(plain))
+    s.ok("image", "import", bb_docker)
+    sh(s, "first", "true")
+    deadline = time.time() + 30
+    while not _spare_pids(s.home) and time.time() < deadline:
+        time.sleep(0.2)
+    spares = _spare_pids(s.home)
+    assert spares
+    capped = tmp_path / "capped.yaml"
+    capped.write_text("sandbox:\n  image: busybox:test\n  spares: 1\n  disk_mib: 16\n")
+    c = make_sbx(home=s.home, config=str(capped))
+    r = sh(c, "mine", "dd if=/dev/zero of=/big bs=1M count=32 2>&1; echo rc=$?")
+    assert "No space left on device" in r["stdout"], r
+    assert {i["thread"]: i["pid"] for i in c.ps()}["mine"] not in spares

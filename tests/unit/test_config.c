@@ -70,6 +70,7 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_int_equal(cfg->ls_output_max_chars, 20000);
   assert_int_equal(cfg->tmp_size_mib, 1024);
   assert_int_equal(cfg->home_size_mib, 256);
+  assert_int_equal(cfg->disk_mib, 0);
   assert_int_equal(cfg->health_check_timeout, 10);
   assert_true(cfg->health_check_skip_seconds == 0);
   assert_int_equal(cfg->spares, 0);
@@ -166,6 +167,7 @@ static void test_full(void **state)
                                 "  ls_output_max_chars: 8\n"
                                 "  tmp_size_mib: 64\n"
                                 "  home_size_mib: 32\n"
+                                "  disk_mib: 2048\n"
                                 "  health_check_timeout: 3\n"
                                 "  allow_host_bash: true\n"
                                 "  protocol: https\n"
@@ -212,6 +214,7 @@ static void test_full(void **state)
   assert_int_equal(cfg->ls_output_max_chars, 8);
   assert_int_equal(cfg->tmp_size_mib, 64);
   assert_int_equal(cfg->home_size_mib, 32);
+  assert_int_equal(cfg->disk_mib, 2048);
   assert_int_equal(cfg->health_check_timeout, 3);
   assert_string_equal(cfg->protocol, "https");
   assert_true(cfg->request_timeout == 5);
@@ -427,6 +430,10 @@ static void test_ranges(void **state)
                "t.yaml:2: sandbox.ready_timeout: must be at most 2147483647, got '1e999'");
   expect_error("sandbox:\n  output_max_bytes: 0\n",
                "t.yaml:2: sandbox.output_max_bytes: must be positive, got '0'");
+  expect_error("sandbox:\n  disk_mib: -1\n",
+               "t.yaml:2: sandbox.disk_mib: must be non-negative, got '-1'");
+  expect_error("sandbox:\n  disk_mib: 8796093022208\n",
+               "t.yaml:2: sandbox.disk_mib: must be at most 8796093022207, got '8796093022208'");
   expect_error("sbxd:\n  max_sandbox_timeout: 0\n",
                "t.yaml:2: sbxd.max_sandbox_timeout: must be positive, got '0'");
 

@@ -96,9 +96,16 @@ static inline int sbx_tree_nosuid_nodev(int tree)
                        sizeof attr);
 }
 
-/* ---- quota.c (library side): the thread folder as a size-capped ext4 image, loop-mounted on
- * the host at the folder itself (once; see there) ---- */
+/* ---- quota.c: size-capped folders as sparse ext4 images, loop-mounted (see there) ---- */
+/* library side: the thread folder, loop-mounted on the host at the folder itself (once) */
 int sbx_user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err);
+/* img made (sparse, bytes) if missing, grown if smaller */
+int sbx_disk_image(const char *img, uint64_t bytes, sbx_error_t *err);
+/* img attached to a loop device (autoclear) and mounted nosuid,nodev at the directory at */
+int sbx_disk_mount(const char *img, const char *at, sbx_error_t *err);
+/* in an image sandbox's state folder: the upper's image (sandbox.disk_mib), its mount point */
+#define SBX_DISK_IMAGE_FILE "disk.img"
+#define SBX_DISK_DIR "disk"
 
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;

@@ -163,6 +163,16 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
     ret = sbx_make_error(err, 0, SBX_E_INVALID, "image `%s` has no layers", s->image);
   else if (sbx_write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
     ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s`", list);
+  if (ret == 0 && in->cfg->disk_mib) {
+    /* the upper on a capped image, for a new sandbox (or one whose upper is there already): one
+     * made without the cap keeps its upper where it is */
+    cleanup_free char *img = xasprintf("%s/" SBX_DISK_IMAGE_FILE, in->dir);
+    cleanup_free char *upper = xasprintf("%s/upper", in->dir);
+    struct stat st;
+    if ((lstat(img, &st) == 0 || lstat(upper, &st) < 0) &&
+        sbx_disk_image(img, in->cfg->disk_mib << 20, err) < 0)
+      ret = -1;
+  }
   if (ret == 0) {
     image_env(in, &r.env);
     s->layers = sbx_buf_steal(&layers);

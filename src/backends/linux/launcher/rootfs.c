@@ -500,7 +500,8 @@ int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
  *
  *   /             overlay: lowerdir = the image's layers (shared by every sandbox of the
  *                 image, each seen through an idmapped mount that maps the store's 0-based
- *                 owners onto the sandboxes' host range), upperdir = <state_dir>/upper
+ *                 owners onto the sandboxes' host range), upperdir = <state_dir>/upper, or
+ *                 with sandbox.disk_mib <state_dir>/disk/upper on the capped disk.img
  *   /etc          the image's, with hostname, hosts and resolv.conf generated (and root added
  *                 to passwd and group if missing)
  *   /proc /sys /dev /tmp /run /mnt/user-data   as for `host`
@@ -642,15 +643,25 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
 {
   const uint32_t ids = s->uid_base;
   cleanup_free char *root = xasprintf("%s/root", s->state_dir);
-  cleanup_free char *upper = xasprintf("%s/upper", s->state_dir);
-  cleanup_free char *work = xasprintf("%s/work", s->state_dir);
   cleanup_free char *lower = xasprintf("%s/l", s->state_dir);
-  static const char *const made[] = {"root", "upper", "work", "l"};
-  for (size_t i = 0; i < ARRAY_SIZE(made); i++) {
+  /* with sandbox.disk_mib the upper and work dirs live on the state folder's capped image,
+   * mounted in this mount namespace only (it goes with the sandbox) */
+  cleanup_free char *img = xasprintf("%s/" SBX_DISK_IMAGE_FILE, s->state_dir);
+  bool capped = access(img, F_OK) == 0;
+  cleanup_free char *base =
+      capped ? xasprintf("%s/" SBX_DISK_DIR, s->state_dir) : xstrdup(s->state_dir);
+  cleanup_free char *upper = xasprintf("%s/upper", base);
+  cleanup_free char *work = xasprintf("%s/work", base);
+  static const char *const made[] = {"root", "l", SBX_DISK_DIR};
+  for (size_t i = 0; i < ARRAY_SIZE(made) - !capped; i++) {
     cleanup_free char *d = xasprintf("%s/%s", s->state_dir, made[i]);
     if (mkdir(d, 0755) < 0 && errno != EEXIST)
       return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
   }
+  if (capped && sbx_disk_mount(img, base, err) < 0)
+    return -1;
+  if ((mkdir(upper, 0755) < 0 && errno != EEXIST) || (mkdir(work, 0755) < 0 && errno != EEXIST))
+    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s` and `%s`", upper, work);
   /* the upper's root is the overlay's root: the sandbox's root owns it */
   if (chown(upper, ids, ids) < 0)
     return sbx_make_error(err, errno, SBX_E_INTERNAL, "chown `%s`", upper);

@@ -1,4 +1,13 @@
-/* A size limit for a thread folder (`sandbox.user_data_size_mib`), library side.
+/* Size-capped folders: a sparse ext4 image, loop-mounted. Two users, sharing the image and
+ * loop code here (this file is in libsbx and in sbx-init):
+ *
+ * `sandbox.disk_mib`: an image sandbox's writable upper. libsbx makes `disk.img` in the state
+ * folder (sbx_disk_image); the launcher mounts it at `<state>/disk` inside the sandbox's own
+ * mount namespace (sbx_disk_mount) and puts the overlay's upper and work dirs there. The host
+ * never has it mounted: the mount, and with it the loop device (autoclear), goes with the
+ * sandbox's last process, and the image goes with the state folder.
+ *
+ * `sandbox.user_data_size_mib`, library side, below.
  *
  * Without project quotas a bind mount of a host folder lets a sandbox fill the host's file
  * system. With a size set, the thread folder is a size-capped ext4 image (`user-data.img`
@@ -9,7 +18,6 @@
  * (LO_FLAGS_AUTOCLEAR). What the folder already held (the harness's uploads, an earlier
  * sandbox's files) is copied in the first time, under the scope's lock. */
 #include "linux.h"
-#include "log.h"
 
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -94,6 +102,34 @@ static int attach_loop(const char *img, char dev[32], sbx_error_t *err)
   return sbx_make_error(err, EBUSY, SBX_E_IO, "no free loop device for `%s`", img);
 }
 
+int sbx_disk_image(const char *img, uint64_t bytes, sbx_error_t *err)
+{
+  struct stat st;
+  if (lstat(img, &st) < 0) {
+    if (errno != ENOENT)
+      return sbx_make_error(err, errno, SBX_E_IO, "`%s`", img);
+    return make_image(img, bytes, err);
+  }
+  if (!S_ISREG(st.st_mode))
+    return sbx_make_error(err, 0, SBX_E_IO, "`%s` is not a regular file", img);
+  /* grown by a larger configured size: the file system follows at its next mount (never shrunk:
+   * what is written stays) */
+  if ((uint64_t) st.st_size < bytes && truncate(img, (off_t) bytes) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "grow `%s`", img);
+  return 0;
+}
+
+int sbx_disk_mount(const char *img, const char *at, sbx_error_t *err)
+{
+  char dev[32];
+  cleanup_close int loop = attach_loop(img, dev, err);
+  if (loop < 0)
+    return -1;
+  if (mount(dev, at, "ext4", MS_NOSUID | MS_NODEV, NULL) < 0)
+    return sbx_make_error(err, errno, SBX_E_IO, "mount `%s` on `%s`", img, at);
+  return 0;
+}
+
 static bool is_empty_dir(const char *dir)
 {
   DIR *d = opendir(dir);
@@ -116,17 +152,9 @@ int sbx_user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err)
     return 0; /* mounted already (ours, or a file system of the operator's) */
   cleanup_free char *img = xasprintf("%s.img", dir);
   struct stat st;
-  bool fresh = lstat(img, &st) < 0;
-  if (fresh) {
-    if (errno != ENOENT)
-      return sbx_make_error(err, errno, SBX_E_IO, "`%s`", img);
-    if (make_image(img, bytes, err) < 0)
-      return -1;
-  } else if (!S_ISREG(st.st_mode)) {
-    return sbx_make_error(err, 0, SBX_E_IO, "`%s` is not a regular file", img);
-  } else if ((uint64_t) st.st_size < bytes && truncate(img, (off_t) bytes) == 0) {
-    /* grown by a larger configured size: the file system follows at its next mount */
-  }
+  bool fresh = lstat(img, &st) < 0 && errno == ENOENT;
+  if (sbx_disk_image(img, bytes, err) < 0)
+    return -1;
   char dev[32];
   cleanup_close int loop = attach_loop(img, dev, err);
   if (loop < 0)
