@@ -40,7 +40,7 @@ static char base[64];
 
 static void remove_base(void)
 {
-  sbx_rm_rf_at(AT_FDCWD, base);
+  sbx__rm_rf_at(AT_FDCWD, base);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -65,7 +65,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   root_fd = open(scratch, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (scratch_fd < 0 || root_fd < 0)
     abort();
-  sbx_search_open_root = open_search_root;
+  sbx__search_open_root = open_search_root;
   signal(SIGPIPE, SIG_IGN);
   return 0;
 }
@@ -81,13 +81,13 @@ static void clear_scratch(void)
   sbx_strv_t names = {0};
   while ((de = readdir(d)) != NULL)
     if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-      sbx_strv_push(&names, de->d_name);
+      sbx__strv_push(&names, de->d_name);
   closedir(d);
   for (size_t i = 0; i < names.n; i++) {
     fchmodat(scratch_fd, names.v[i], 0755, 0);
-    sbx_rm_rf_at(scratch_fd, names.v[i]);
+    sbx__rm_rf_at(scratch_fd, names.v[i]);
   }
-  sbx_strv_free(&names);
+  sbx__strv_free(&names);
 }
 
 static void check_outside(void)
@@ -137,7 +137,7 @@ static int exec_decode_only(struct agent_conn *c, const char *payload, size_t le
       abort(); /* every variable is KEY=VALUE */
   if (r.flags & SBX_EXEC_ARGV)
     free(resolve_exec(r.argv.v[0]));
-  sbx_strv_free(&env);
+  sbx__strv_free(&env);
   exec_req_free(&r);
   return agent_reply_ok(c, NULL);
 }
@@ -194,13 +194,13 @@ static void *serve_input(void *arg)
   for (int frames = 0; frames < 64; frames++) {
     sbx_frame_hdr_t hdr;
     char *payload = NULL;
-    if (sbx_frame_recv(c.fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0)
+    if (sbx__frame_recv(c.fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0)
       break;
     c.req = hdr.req;
     int r;
     if (hdr.type == SBX_MSG_PING || hdr.type == SBX_MSG_HELLO) {
       r = agent_reply_ok(&c, NULL);
-    } else if (!sbx_tlv_valid(payload, hdr.len)) {
+    } else if (!sbx__tlv_valid(payload, hdr.len)) {
       free(payload);
       break;
     } else if (hdr.type == SBX_MSG_EXEC) {

@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   const char *s = (const char *) data;
   sbx_error_t err = NULL;
   struct sbx_auth_challenge c;
-  int r = sbx_auth_challenge_parse(s, size, &c, &err);
+  int r = sbx__auth_challenge_parse(s, size, &c, &err);
   check_err(r, &err);
   if (r == 0) {
     if (c.scheme == SBX_AUTH_NONE)
@@ -36,11 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c.scheme == SBX_AUTH_BEARER && (c.realm == NULL || (strncmp(c.realm, "http://", 7) != 0 &&
                                                             strncmp(c.realm, "https://", 8) != 0)))
       abort();
-    sbx_auth_challenge_free(&c);
+    sbx__auth_challenge_free(&c);
   }
   char *tok;
   long exp;
-  r = sbx_auth_token_parse(s, size, &tok, &exp, &err);
+  r = sbx__auth_token_parse(s, size, &tok, &exp, &err);
   check_err(r, &err);
   if (r == 0) {
     for (const char *p = tok; *p; p++)
@@ -51,11 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(tok);
   }
   size_t n;
-  char *dec = (char *) sbx_base64_decode(s, size, &n);
+  char *dec = (char *) sbx__base64_decode(s, size, &n);
   if (dec) {
-    char *enc = sbx_base64_encode(dec, n);
+    char *enc = sbx__base64_encode(dec, n);
     size_t m;
-    char *back = (char *) sbx_base64_decode(enc, strlen(enc), &m);
+    char *back = (char *) sbx__base64_decode(enc, strlen(enc), &m);
     if (back == NULL || m != n || memcmp(back, dec, n) != 0)
       abort();
     free(back);

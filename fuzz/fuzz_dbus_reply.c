@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-  size_t total = sbx_dbus_message_size(data, size);
+  size_t total = sbx__dbus_message_size(data, size);
   if (total != 0 && total < 16)
     abort();
   if (total == 0 || total > size)
@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   uint8_t *copy = malloc(total);
   memcpy(copy, data, total);
   char *error = NULL;
-  int r = sbx_dbus_parse_reply(copy, total, 1, &error);
+  int r = sbx__dbus_parse_reply(copy, total, 1, &error);
   if (r < -1 || r > 1 || (r != 0 && error != NULL) || (error && copy[1] != 3))
     abort();
   if (error && strlen(error) == 0)

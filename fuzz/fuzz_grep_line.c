@@ -1,6 +1,6 @@
 /* libFuzzer target for grep's line handling (src/common/grep_pattern.c, whose contract it is,
- * and grep.c): sbx_grep_summarize_line,
- * sbx_grep_pattern_new / sbx_grep_pattern_match, and sbx_search_grep over a memfd.
+ * and grep.c): sbx__grep_summarize_line,
+ * sbx__grep_pattern_new / sbx__grep_pattern_match, and sbx__search_grep over a memfd.
  *
  * Input: one flag byte (bit 0 literal, bit 1 case-sensitive), the pattern up to the first NUL
  * (at most 32 bytes), then the text (may hold '\n', '\r', NULs and ill-formed UTF-8).
@@ -219,7 +219,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = tlen > 0 && text[tlen - 1] == '\r' ? tlen - 1 : tlen;
     size_t olen, cut;
     size_t cps = ref_decode(text, n, scratch, &olen, &cut);
-    char *s = sbx_grep_summarize_line(text, tlen);
+    char *s = sbx__grep_summarize_line(text, tlen);
     if (cps > SBX_SEARCH_MAX_LINE_CHARS) {
       if (s != NULL)
         __builtin_trap();
@@ -235,7 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   }
 
   sbx_error_t err = NULL;
-  sbx_grep_pattern_t *p = sbx_grep_pattern_new(pattern, literal, cs, &err);
+  sbx_grep_pattern_t *p = sbx__grep_pattern_new(pattern, literal, cs, &err);
   bool check = literal || ref_can_compile(pattern);
   if (p == NULL) {
     /* refused: by regcomp, or up front as too costly to compile (then do not try) */
@@ -262,7 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = le - pos;
     pos = le + 1;
     line_no++;
-    bool got = sbx_grep_pattern_match(p, line, n);
+    bool got = sbx__grep_pattern_match(p, line, n);
     size_t stripped = n > 0 && line[n - 1] == '\r' ? n - 1 : n;
     size_t olen, cut;
     size_t cps = ref_decode(line, stripped, scratch, &olen, &cut);
@@ -283,7 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       !has_nul_line) {
     sbx_grep_matches_t m = {0};
     bool truncated = true;
-    if (sbx_search_grep(memfd_path, pattern, NULL, literal, cs, 100000, 0, &m, &truncated, &err) !=
+    if (sbx__search_grep(memfd_path, pattern, NULL, literal, cs, 100000, 0, &m, &truncated, &err) !=
         0)
       __builtin_trap();
     char *got = malloc(16 * (m.n + 1) + 1);
@@ -294,10 +294,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (strcmp(got, want) != 0 || truncated)
       __builtin_trap();
     free(got);
-    sbx_search_matches_free(&m);
+    sbx__search_matches_free(&m);
   }
   free(want);
-  sbx_grep_pattern_free(p);
+  sbx__grep_pattern_free(p);
   free(scratch);
   return 0;
 }

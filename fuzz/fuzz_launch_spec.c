@@ -43,7 +43,7 @@ static bool spec_eq(const struct sbx_launch_spec *a, const struct sbx_launch_spe
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   struct sbx_launch_spec s;
-  if (sbx_launch_spec_decode(data, size, &s) < 0) {
+  if (sbx__launch_spec_decode(data, size, &s) < 0) {
     static const struct sbx_launch_spec zero;
     if (memcmp(&s, &zero, sizeof s) != 0)
       abort();
@@ -55,12 +55,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (s.mounts[i].container == NULL || s.mounts[i].container[0] != '/')
       abort();
   sbx_buf_t enc = {0};
-  sbx_launch_spec_encode(&s, &enc);
+  sbx__launch_spec_encode(&s, &enc);
   struct sbx_launch_spec again;
-  if (sbx_launch_spec_decode(enc.data, enc.len, &again) < 0 || !spec_eq(&s, &again))
+  if (sbx__launch_spec_decode(enc.data, enc.len, &again) < 0 || !spec_eq(&s, &again))
     abort();
-  sbx_buf_free(&enc);
-  sbx_launch_spec_free(&again);
-  sbx_launch_spec_free(&s);
+  sbx__buf_free(&enc);
+  sbx__launch_spec_free(&again);
+  sbx__launch_spec_free(&s);
   return 0;
 }

@@ -25,10 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       abort();
   }
   sbx_error_t err = NULL;
-  if (sbx_image_dl(&err) < 0)
+  if (sbx__image_dl(&err) < 0)
     abort();
   int in = memfd_create("layer", MFD_CLOEXEC);
-  if (in < 0 || sbx_write_all(in, data, size) < 0 || lseek(in, 0, SEEK_SET) < 0)
+  if (in < 0 || sbx__write_all(in, data, size) < 0 || lseek(in, 0, SEEK_SET) < 0)
     abort();
   int g = open(guard, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (g < 0 || mkdirat(g, "root", 0755) < 0)
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
   struct sbx_layer_limits lim = {.max_bytes = 8u << 20, .max_entries = 4096};
   char diff[SBX_DIGEST_HEX + 1];
-  int r = sbx_layer_extract(in, root, &lim, diff, &err);
+  int r = sbx__layer_extract(in, root, &lim, diff, &err);
   if (r < 0) {
     if (err == NULL || strchr(err->msg, '\n'))
       abort();
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
   if (d)
     closedir(d);
-  if (sbx_rm_rf_at(g, "root") < 0)
+  if (sbx__rm_rf_at(g, "root") < 0)
     abort();
   close(g);
   return 0;

@@ -24,22 +24,22 @@ struct record {
 static void log_str(sbx_buf_t *b, const char *s)
 {
   if (s == NULL) {
-    sbx_buf_puts(b, "(null)");
+    sbx__buf_puts(b, "(null)");
     return;
   }
-  sbx_buf_printf(b, "%zu:", strlen(s));
-  sbx_buf_puts(b, s);
+  sbx__buf_printf(b, "%zu:", strlen(s));
+  sbx__buf_puts(b, s);
 }
 
 static int rec_begin(void *arg, const struct sbxd_mp_part *p)
 {
   struct record *r = arg;
   r->parts++;
-  sbx_buf_puts(&r->log, "<B ");
+  sbx__buf_puts(&r->log, "<B ");
   log_str(&r->log, p->name);
   log_str(&r->log, p->filename);
   log_str(&r->log, p->content_type);
-  sbx_buf_puts(&r->log, ">");
+  sbx__buf_puts(&r->log, ">");
   return 0;
 }
 
@@ -49,14 +49,14 @@ static int rec_data(void *arg, const char *d, size_t n)
   if (n == 0)
     abort(); /* empty data callbacks are never made */
   r->bytes += n;
-  sbx_buf_append(&r->log, d, n);
+  sbx__buf_append(&r->log, d, n);
   return 0;
 }
 
 static int rec_end(void *arg)
 {
   struct record *r = arg;
-  sbx_buf_puts(&r->log, "<E>");
+  sbx__buf_puts(&r->log, "<E>");
   return 0;
 }
 
@@ -108,8 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (a != b || whole.log.len != pieces.log.len ||
       (whole.log.len && memcmp(whole.log.data, pieces.log.data, whole.log.len) != 0))
     abort(); /* the result depends on how the body was split */
-  sbx_buf_free(&whole.log);
-  sbx_buf_free(&pieces.log);
+  sbx__buf_free(&whole.log);
+  sbx__buf_free(&pieces.log);
   free(boundary);
   return 0;
 }

@@ -15,8 +15,8 @@ static int on_event(void *arg, json_t *ev)
   struct acc *a = arg;
   char *s = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS);
   if (s) {
-    sbx_buf_puts(&a->seen, s);
-    sbx_buf_putc(&a->seen, '\n');
+    sbx__buf_puts(&a->seen, s);
+    sbx__buf_putc(&a->seen, '\n');
     free(s);
   }
   return 0;
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   run(data + 1, size - 1, split > size - 1 ? size - 1 : split, &parts);
   if (whole.len != parts.len || (whole.len && memcmp(whole.data, parts.data, whole.len) != 0))
     __builtin_trap();
-  sbx_buf_free(&whole);
-  sbx_buf_free(&parts);
+  sbx__buf_free(&whole);
+  sbx__buf_free(&parts);
   return 0;
 }

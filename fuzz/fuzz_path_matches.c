@@ -1,4 +1,4 @@
-/* libFuzzer target for sbx_path_matches and the ignore checks (src/common/pathmatch.c,
+/* libFuzzer target for sbx__path_matches and the ignore checks (src/common/pathmatch.c,
  * ignore.c).
  *
  * Input: pattern, a NUL byte, then the path (cut at its next NUL). Besides crashes, sanitizer
@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (pattern == NULL || path == NULL)
     abort();
 
-  bool r = sbx_path_matches(pattern, path);
+  bool r = sbx__path_matches(pattern, path);
   if ((pattern[0] == '\0' || pattern[0] == '/') && r)
     __builtin_trap();
 
@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   memcpy(slashed, pattern, pl);
   slashed[pl] = '/';
   slashed[pl + 1] = '\0';
-  if (pl > 0 && sbx_path_matches(slashed, path) != r)
+  if (pl > 0 && sbx__path_matches(slashed, path) != r)
     __builtin_trap();
   free(slashed);
 
@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *starred = malloc(pl + 4);
     memcpy(starred, "**/", 3);
     memcpy(starred + 3, pattern, pl + 1);
-    if (!sbx_path_matches(starred, path))
+    if (!sbx__path_matches(starred, path))
       __builtin_trap();
     free(starred);
   }
@@ -149,14 +149,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool want = false;
     for (size_t i = 0; i < 50 && !want; i++)
       want = fnmatch(ignore_list[i], t, 0) == 0;
-    if (want != sbx_search_ignored_segment(t, strlen(t)))
+    if (want != sbx__search_ignored_segment(t, strlen(t)))
       __builtin_trap();
     any = any || want;
   }
   free(segs);
-  if (sbx_search_ignored_path(path) != any)
+  if (sbx__search_ignored_path(path) != any)
     __builtin_trap();
-  (void) sbx_search_ignored_segment((const char *) data, size);
+  (void) sbx__search_ignored_segment((const char *) data, size);
 
   free(pattern);
   free(path);

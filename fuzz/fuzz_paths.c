@@ -1,11 +1,11 @@
 /* libFuzzer target for the contract's path and identity rules (src/common/paths.c), against
  * references written here:
- * - sbx_path_check: non-empty, at most 4096 bytes, absolute, and no ".." segment when both '/'
+ * - sbx__path_check: non-empty, at most 4096 bytes, absolute, and no ".." segment when both '/'
  *   and '\' separate segments; an accepted path, resolved lexically below a root, never leaves
  *   it (the property the rule exists for);
- * - sbx_download_path_check: the above and /mnt/user-data or below (any run of separators);
+ * - sbx__download_path_check: the above and /mnt/user-data or below (any run of separators);
  * - thread ids ^[A-Za-z0-9_-]{1,64}$, user ids ^[A-Za-z0-9_-]{1,128}$, sandbox ids 16 lower-case
- *   hex; sbx_scope_id is deterministic, valid, and differs for swapped (user, thread).
+ *   hex; sbx__scope_id is deterministic, valid, and differs for swapped (user, thread).
  *
  * Input: the path (cut at the first NUL); a second NUL-separated part is used as a thread id.
  *
@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     second = buf + size + 1;
 
   sbx_error_t err = NULL;
-  bool ok = sbx_path_check(path, &err) == 0;
+  bool ok = sbx__path_check(path, &err) == 0;
   if (ok != ref_path_ok(path) || ok != (err == NULL))
     abort();
   if (!ok && (err->msg == NULL || err->kind <= 0))
@@ -123,27 +123,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (ok && !stays_below_root(path))
     abort();
 
-  bool dl = sbx_download_path_check(path, &err) == 0;
+  bool dl = sbx__download_path_check(path, &err) == 0;
   if (dl != (ref_path_ok(path) && ref_under_user_data(path)))
     abort();
   sbx_error_release(&err);
-  if (sbx_path_under_user_data(path) != ref_under_user_data(path))
+  if (sbx__path_under_user_data(path) != ref_under_user_data(path))
     abort();
 
-  if (sbx_thread_id_valid(second) != ref_id_chars(second, 64) ||
-      sbx_user_id_valid(second) != ref_id_chars(second, 128) ||
-      sbx_id_valid(second) != ref_sandbox_id(second))
+  if (sbx__thread_id_valid(second) != ref_id_chars(second, 64) ||
+      sbx__user_id_valid(second) != ref_id_chars(second, 128) ||
+      sbx__id_valid(second) != ref_sandbox_id(second))
     abort();
-  bool scope_ok = sbx_scope_check(second, second, &err) == 0;
+  bool scope_ok = sbx__scope_check(second, second, &err) == 0;
   if (scope_ok != (ref_id_chars(second, 64) && ref_id_chars(second, 128)))
     abort();
   sbx_error_release(&err);
   if (scope_ok) {
     char a[SBX_ID_LEN + 1], b[SBX_ID_LEN + 1], c[SBX_ID_LEN + 1];
-    sbx_scope_id(second, second, a);
-    sbx_scope_id(second, second, b);
-    sbx_scope_id("default", second, c);
-    if (strcmp(a, b) != 0 || !sbx_id_valid(a) || !sbx_id_valid(c))
+    sbx__scope_id(second, second, a);
+    sbx__scope_id(second, second, b);
+    sbx__scope_id("default", second, c);
+    if (strcmp(a, b) != 0 || !sbx__id_valid(a) || !sbx__id_valid(c))
       abort();
     if (strcmp(second, "default") != 0 && strcmp(a, c) == 0)
       abort(); /* (second, second) and (default, second) are different scopes */

@@ -1,8 +1,8 @@
 /* libFuzzer target for the sbx-init protocol's framing (src/common/proto.c): the input is the
- * byte stream one peer would read from a unix socket, fed through sbx_frame_recv (or
- * sbx_frame_recv_fd, with descriptors attached to the stream) until the stream ends.
+ * byte stream one peer would read from a unix socket, fed through sbx__frame_recv (or
+ * sbx__frame_recv_fd, with descriptors attached to the stream) until the stream ends.
  *
- * Input: one mode byte (bit 0: receive with sbx_frame_recv_fd; bits 1-2: 0-3 descriptors passed
+ * Input: one mode byte (bit 0: receive with sbx__frame_recv_fd; bits 1-2: 0-3 descriptors passed
  * with the first bytes; bits 3-7: the max_payload bound, 0 = SBX_PROTO_MAX_PAYLOAD), then the
  * stream. Oracles:
  * - every frame received has len <= the bound, its payload NUL-terminated past len, and a header
@@ -88,18 +88,18 @@ static void send_stream(int fd, const uint8_t *p, size_t n, int nfds)
 
 static void check_tlv(const char *payload, size_t len)
 {
-  if (!sbx_tlv_valid(payload, len))
+  if (!sbx__tlv_valid(payload, len))
     return;
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_reader_init(&r, payload, len);
+  sbx__tlv_reader_init(&r, payload, len);
   int ret;
-  while ((ret = sbx_tlv_next(&r, &f)) > 0)
-    sbx_tlv_put(&w, f.tag, f.data, f.len);
+  while ((ret = sbx__tlv_next(&r, &f)) > 0)
+    sbx__tlv_put(&w, f.tag, f.data, f.len);
   if (ret != 0 || w.buf.len != len || (len && memcmp(w.buf.data, payload, len) != 0))
     abort();
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -130,8 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *payload = NULL;
     int passed = -1;
     errno = 0;
-    int r = with_fd ? sbx_frame_recv_fd(sv[0], &hdr, &payload, bound, &passed)
-                    : sbx_frame_recv(sv[0], &hdr, &payload, bound);
+    int r = with_fd ? sbx__frame_recv_fd(sv[0], &hdr, &payload, bound, &passed)
+                    : sbx__frame_recv(sv[0], &hdr, &payload, bound);
     if (r < 0) {
       if (payload != NULL || passed >= 0)
         abort(); /* a failed receive hands nothing out */
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hdr.len > bound || payload == NULL || payload[hdr.len] != '\0')
       abort();
     unsigned char h[SBX_PROTO_HDR];
-    sbx_frame_hdr_encode(h, &hdr);
+    sbx__frame_hdr_encode(h, &hdr);
     if (memcmp(h, data + consumed, SBX_PROTO_HDR) != 0 ||
         memcmp(payload, data + consumed + SBX_PROTO_HDR, hdr.len) != 0)
       abort();

@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   char *s = xstrndup((const char *) data, size);
   sbx_error_t err = NULL;
   struct sbx_ref r;
-  if (sbx_ref_parse(s, &r, &err) < 0) {
+  if (sbx__ref_parse(s, &r, &err) < 0) {
     if (err == NULL || strchr(err->msg, '\n'))
       abort();
     sbx_error_release(&err);
@@ -27,14 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (err || !r.domain || !*r.domain || !r.path || !*r.path || (!r.tag && !r.digest) ||
       strstr(r.path, "..") || r.path[0] == '/')
     abort();
-  char *name = sbx_ref_store_name(&r);
+  char *name = sbx__ref_store_name(&r);
   struct sbx_ref again;
-  if (sbx_ref_parse(name, &again, NULL) < 0 || strcmp(again.domain, r.domain) != 0 ||
-      strcmp(again.path, r.path) != 0 || strcmp(sbx_ref_reference(&again), sbx_ref_reference(&r)))
+  if (sbx__ref_parse(name, &again, NULL) < 0 || strcmp(again.domain, r.domain) != 0 ||
+      strcmp(again.path, r.path) != 0 || strcmp(sbx__ref_reference(&again), sbx__ref_reference(&r)))
     abort();
-  sbx_ref_free(&again);
+  sbx__ref_free(&again);
   free(name);
-  sbx_ref_free(&r);
+  sbx__ref_free(&r);
   free(s);
   return 0;
 }

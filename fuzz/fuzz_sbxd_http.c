@@ -39,7 +39,7 @@ static void check_chunked(const uint8_t *data, size_t size)
     if (rb >= 0) {
       if (o > u || u > 1)
         abort();
-      sbx_buf_append(&got, b + i, o);
+      sbx__buf_append(&got, b + i, o);
       used_b += u;
     }
   }
@@ -50,7 +50,7 @@ static void check_chunked(const uint8_t *data, size_t size)
         (out_a && memcmp(a, got.data, out_a) != 0))
       abort();
   }
-  sbx_buf_free(&got);
+  sbx__buf_free(&got);
   free(a);
   free(b);
 }
@@ -82,7 +82,7 @@ static void check_path(const char *s)
   if (p == NULL)
     return;
   if (p[0] != '/' || strstr(p, "//") || strstr(p, "/./") || strstr(p, "/../") ||
-      sbx_str_has_suffix(p, "/.") || sbx_str_has_suffix(p, "/..") ||
+      sbx__str_has_suffix(p, "/.") || sbx__str_has_suffix(p, "/..") ||
       (strlen(p) > 1 && p[strlen(p) - 1] == '/'))
     abort();
   char *q = sbxd_path_clean(p);
@@ -115,8 +115,8 @@ static void on_line(void *arg, const char *line, size_t len)
   struct lines_rec *r = arg;
   if (memchr(line, '\n', len) || memchr(line, '\r', len))
     abort();
-  sbx_buf_printf(&r->log, "%zu:", len);
-  sbx_buf_append(&r->log, line, len);
+  sbx__buf_printf(&r->log, "%zu:", len);
+  sbx__buf_append(&r->log, line, len);
 }
 
 static void check_lines(const uint8_t *data, size_t size)
@@ -135,8 +135,8 @@ static void check_lines(const uint8_t *data, size_t size)
   sbxd_lines_flush(&b, on_line, &rb);
   if (ra.log.len != rb.log.len || (ra.log.len && memcmp(ra.log.data, rb.log.data, ra.log.len)))
     abort();
-  sbx_buf_free(&ra.log);
-  sbx_buf_free(&rb.log);
+  sbx__buf_free(&ra.log);
+  sbx__buf_free(&rb.log);
   sbxd_lines_free(&a);
   sbxd_lines_free(&b);
 }
@@ -156,8 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (sbxd_parse_qsl(s, &k, &v, &bad) == 0 && k.n != v.n)
     abort();
   free(bad);
-  sbx_strv_free(&k);
-  sbx_strv_free(&v);
+  sbx__strv_free(&k);
+  sbx__strv_free(&v);
   uint64_t bytes;
   double cpus;
   if (sbxd_parse_cpu(s, &cpus) == 0 && !(cpus > 0))
@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (sbxd_parse_i64(s, &dec) && sbxd_mode_from_decimal(dec, &mode) == 0 &&
       sbxd_mode_to_decimal(mode) != (unsigned) dec)
     abort();
-  char *q = sbx_shell_quote(s);
+  char *q = sbx__shell_quote(s);
   free(q);
   free(s);
   return 0;

@@ -192,10 +192,10 @@ static bool exchange(const char *req, size_t len, sbx_buf_t *resp, int deadline_
     off += (size_t) n;
   }
   shutdown(fd, SHUT_WR);
-  uint64_t end = sbx_now_ms() + (uint64_t) deadline_ms;
+  uint64_t end = sbx__now_ms() + (uint64_t) deadline_ms;
   char buf[16384];
   for (;;) {
-    uint64_t now = sbx_now_ms();
+    uint64_t now = sbx__now_ms();
     if (now >= end || resp->len >= (1u << 20))
       break;
     struct pollfd p = {fd, POLLIN, 0};
@@ -209,7 +209,7 @@ static bool exchange(const char *req, size_t len, sbx_buf_t *resp, int deadline_
       continue;
     if (n <= 0)
       break;
-    sbx_buf_append(resp, buf, (size_t) n);
+    sbx__buf_append(resp, buf, (size_t) n);
   }
   close(fd);
   return resp->len > 0;
@@ -241,21 +241,21 @@ static int response_status(const sbx_buf_t *resp, const char **body)
 static int call(const char *method, const char *path, const char *body, json_t **json)
 {
   sbx_buf_t req = {0}, resp = {0};
-  sbx_buf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, path);
+  sbx__buf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, path);
   if (fixture_token[0])
-    sbx_buf_printf(&req, "%s: %s\r\n", SBXD_TOKEN_HEADER, fixture_token);
+    sbx__buf_printf(&req, "%s: %s\r\n", SBXD_TOKEN_HEADER, fixture_token);
   if (body)
-    sbx_buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                   strlen(body), body);
+    sbx__buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                    strlen(body), body);
   else
-    sbx_buf_puts(&req, "\r\n");
+    sbx__buf_puts(&req, "\r\n");
   exchange(req.data, req.len, &resp, 30000);
   const char *b = NULL;
   int status = response_status(&resp, &b);
   if (json)
     *json = status > 0 && b ? json_loadb(b, resp.len - (size_t) (b - resp.data), 0, NULL) : NULL;
-  sbx_buf_free(&req);
-  sbx_buf_free(&resp);
+  sbx__buf_free(&req);
+  sbx__buf_free(&resp);
   return status;
 }
 
@@ -303,7 +303,7 @@ static void fixture_create(void)
   call("POST", path,
        "{\"path\":\"/mnt/user-data/workspace/a.txt\",\"content\":\"one\\ntwo\\r\\nthree\\n\"}",
        NULL);
-  fixture_born = sbx_now_ms();
+  fixture_born = sbx__now_ms();
 }
 
 static unsigned mhd_connections(void)
@@ -351,7 +351,7 @@ static void restore(void)
   }
   if (scopes) {
     cleanup_free char *users = xasprintf("%s/users", home);
-    sbx_rm_rf_at(AT_FDCWD, users);
+    sbx__rm_rf_at(AT_FDCWD, users);
   }
 
   /* Nothing of the input may still run when the next one starts (and libFuzzer counts
@@ -361,7 +361,7 @@ static void restore(void)
    * whatever the inputs left running in it (background commands) dies with it. */
   struct box *b = box_get(fixture_id);
   bool idle = idle_within(500);
-  if (b && (!idle || sbx_now_ms() - fixture_born > 30000)) {
+  if (b && (!idle || sbx__now_ms() - fixture_born > 30000)) {
     box_remove(b, "fuzz_recycle", NULL);
     box_put(b);
     b = NULL;
@@ -421,7 +421,7 @@ static void reaper_start(void)
     if (pr) {
       destroy_sandboxes(pr);
       sbx_provider_free(pr);
-      sbx_rm_rf_at(AT_FDCWD, home);
+      sbx__rm_rf_at(AT_FDCWD, home);
       fprintf(stderr, "fuzz_sbxd_request: the fuzzer died; sandboxes destroyed, %s removed\n",
               home);
     }
@@ -459,7 +459,7 @@ static void teardown(void)
     destroy_sandboxes(p);
     sbx_provider_free(p);
   }
-  sbx_rm_rf_at(AT_FDCWD, home);
+  sbx__rm_rf_at(AT_FDCWD, home);
   if (busy == 0) {
     sbx_config_free(srv.cfg);
     free(srv.home);
@@ -557,16 +557,16 @@ static void substitute(sbx_buf_t *out, const uint8_t *d, size_t n, bool unknown_
 {
   for (size_t i = 0; i < n;) {
     if (n - i >= 4 && memcmp(d + i, "{ID}", 4) == 0) {
-      sbx_buf_puts(out, unknown_id ? UNKNOWN_ID : fixture_id);
+      sbx__buf_puts(out, unknown_id ? UNKNOWN_ID : fixture_id);
       i += 4;
     } else if (n - i >= 7 && memcmp(d + i, "{TOKEN}", 7) == 0) {
-      sbx_buf_puts(out, fixture_token);
+      sbx__buf_puts(out, fixture_token);
       i += 7;
     } else if (n - i >= 9 && memcmp(d + i, "{SESSION}", 9) == 0) {
-      sbx_buf_puts(out, fixture_session);
+      sbx__buf_puts(out, fixture_session);
       i += 9;
     } else {
-      sbx_buf_append(out, d + i, 1);
+      sbx__buf_append(out, d + i, 1);
       i++;
     }
   }
@@ -585,9 +585,9 @@ static void put_target(sbx_buf_t *out, const char *s, size_t n)
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char) s[i];
     if (target_char(c))
-      sbx_buf_append(out, s + i, 1);
+      sbx__buf_append(out, s + i, 1);
     else
-      sbx_buf_printf(out, "%%%02X", c);
+      sbx__buf_printf(out, "%%%02X", c);
   }
 }
 
@@ -616,8 +616,8 @@ static void put_headers(sbx_buf_t *out, const char *s, size_t n)
     for (size_t i = 0; ok && i < ARRAY_SIZE(own); i++)
       ok = !((size_t) (colon - s) == strlen(own[i]) && strncasecmp(s, own[i], strlen(own[i])) == 0);
     if (ok) {
-      sbx_buf_append(out, s, (size_t) (le - s));
-      sbx_buf_puts(out, "\r\n");
+      sbx__buf_append(out, s, (size_t) (le - s));
+      sbx__buf_puts(out, "\r\n");
     }
     s = nl ? nl + 1 : end;
   }
@@ -647,68 +647,68 @@ static void build(sbx_buf_t *req, const uint8_t *data, size_t size, bool *reach)
   if ((flags & F_HEAD) && strcmp(method, "GET") == 0)
     method = "HEAD";
 
-  sbx_buf_printf(req, "%s ", method);
+  sbx__buf_printf(req, "%s ", method);
   bool uses_id = strstr(rt->path, "{ID}") != NULL || rt->where != P_LIFECYCLE;
   if (rt->where == P_LIFECYCLE) {
     if (v1 && strcmp(rt->path, "/health") != 0)
-      sbx_buf_puts(req, "/v1");
+      sbx__buf_puts(req, "/v1");
   } else {
     /* the direct form lives at the root only; the proxy form at both */
     if (!v1)
-      sbx_buf_puts(req, "/v1");
+      sbx__buf_puts(req, "/v1");
     if (flags & F_PROXY_FORM)
-      sbx_buf_printf(req, "/sandboxes/%s/proxy", id);
+      sbx__buf_printf(req, "/sandboxes/%s/proxy", id);
     else
-      sbx_buf_printf(req, "/direct/%s", id);
+      sbx__buf_printf(req, "/direct/%s", id);
     if (rt->where == P_EXECD)
-      sbx_buf_printf(req, "/%d", SBXD_EXECD_PORT);
+      sbx__buf_printf(req, "/%d", SBXD_EXECD_PORT);
   }
   for (const char *p = rt->path; *p;) {
     if (strncmp(p, "{ID}", 4) == 0) {
-      sbx_buf_puts(req, id);
+      sbx__buf_puts(req, id);
       p += 4;
     } else {
-      sbx_buf_append(req, p, 1);
+      sbx__buf_append(req, p, 1);
       p++;
     }
   }
   put_target(req, suffix, suffix_len);
-  sbx_buf_puts(req, " HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  sbx__buf_puts(req, " HTTP/1.1\r\nHost: 127.0.0.1\r\n");
   bool token = rt->where != P_LIFECYCLE && !(flags & F_NO_TOKEN);
   if (token)
-    sbx_buf_printf(req, "%s: %s\r\n", SBXD_TOKEN_HEADER, fixture_token);
+    sbx__buf_printf(req, "%s: %s\r\n", SBXD_TOKEN_HEADER, fixture_token);
   if (!body)
     put_headers(req, rest, rest_len);
   if (flags & F_EXPECT)
-    sbx_buf_puts(req, "Expect: 100-continue\r\n");
+    sbx__buf_puts(req, "Expect: 100-continue\r\n");
   if (body && rt->ctype == C_JSON)
-    sbx_buf_puts(req, "Content-Type: application/json\r\n");
+    sbx__buf_puts(req, "Content-Type: application/json\r\n");
   else if (body && rt->ctype == C_MULTIPART)
-    sbx_buf_puts(req, "Content-Type: multipart/form-data; boundary=" BOUNDARY "\r\n");
+    sbx__buf_puts(req, "Content-Type: multipart/form-data; boundary=" BOUNDARY "\r\n");
   if (body && (flags & F_CHUNKED)) {
-    sbx_buf_puts(req, "Transfer-Encoding: chunked\r\n\r\n");
+    sbx__buf_puts(req, "Transfer-Encoding: chunked\r\n\r\n");
     size_t half = rest_len / 2;
     if (half)
-      sbx_buf_printf(req, "%zx\r\n", half);
-    sbx_buf_append(req, rest, half);
+      sbx__buf_printf(req, "%zx\r\n", half);
+    sbx__buf_append(req, rest, half);
     if (half)
-      sbx_buf_puts(req, "\r\n");
+      sbx__buf_puts(req, "\r\n");
     if (rest_len - half)
-      sbx_buf_printf(req, "%zx;ext=1\r\n", rest_len - half);
-    sbx_buf_append(req, rest + half, rest_len - half);
+      sbx__buf_printf(req, "%zx;ext=1\r\n", rest_len - half);
+    sbx__buf_append(req, rest + half, rest_len - half);
     if (rest_len - half)
-      sbx_buf_puts(req, "\r\n");
-    sbx_buf_puts(req, "0\r\n\r\n");
+      sbx__buf_puts(req, "\r\n");
+    sbx__buf_puts(req, "0\r\n\r\n");
   } else if (body) {
-    sbx_buf_printf(req, "Content-Length: %zu\r\n\r\n", rest_len);
-    sbx_buf_append(req, rest, rest_len);
+    sbx__buf_printf(req, "Content-Length: %zu\r\n\r\n", rest_len);
+    sbx__buf_append(req, rest, rest_len);
   } else {
-    sbx_buf_puts(req, "\r\n");
+    sbx__buf_puts(req, "\r\n");
   }
   /* /v1 in front of the direct form is not an endpoint route */
   bool routed = rt->where == P_LIFECYCLE || v1 || (flags & F_PROXY_FORM);
   *reach = rt->reach && routed && !(uses_id && unknown) && (rt->where == P_LIFECYCLE || token);
-  sbx_buf_free(&tail);
+  sbx__buf_free(&tail);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -727,9 +727,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (req.len && memmem(req.data, req.len, "sandboxes", 9));
   }
   /* a request that reaches no sandbox is answered at once; one that does may run a command */
-  uint64_t t0 = sbx_now_ms();
+  uint64_t t0 = sbx__now_ms();
   bool answered = exchange(req.data ? req.data : "", req.len, &resp, reach ? 1500 : 5000);
-  uint64_t t1 = sbx_now_ms();
+  uint64_t t1 = sbx__now_ms();
   char line[96] = "";
   if (verbose) {
     const char *eol = req.len ? memchr(req.data, '\r', req.len) : NULL;
@@ -750,8 +750,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   } else if (structured && !reach) {
     fail("no answer to a well-formed request", req.data, req.len, &resp);
   }
-  sbx_buf_free(&req);
-  sbx_buf_free(&resp);
+  sbx__buf_free(&req);
+  sbx__buf_free(&resp);
 
   json_t *j = NULL;
   int health = call("GET", "/health", NULL, &j);
@@ -761,6 +761,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   restore();
   if (verbose)
     fprintf(stderr, "fuzz_sbxd_request: %s (%llu ms, %llu ms in all)\n", line,
-            (unsigned long long) (t1 - t0), (unsigned long long) (sbx_now_ms() - t0));
+            (unsigned long long) (t1 - t0), (unsigned long long) (sbx__now_ms() - t0));
   return 0;
 }

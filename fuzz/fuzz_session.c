@@ -29,7 +29,7 @@ int sbx__agent_exec_start(struct sbx_instance *in, const char *command,
                           char id[65], sbx_error_t *err)
 {
   (void) in, (void) command, (void) o, (void) tty, (void) rows, (void) cols, (void) id;
-  return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "no sandbox in the fuzzer");
+  return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "no sandbox in the fuzzer");
 }
 
 #define MAX_STREAM (100u << 10) /* fits a socket buffer: one write each */
@@ -39,7 +39,7 @@ static void drain(int fd, sbx_buf_t *got)
   char buf[65536];
   ssize_t n;
   while ((n = read(fd, buf, sizeof buf)) > 0)
-    sbx_buf_append(got, buf, (size_t) n);
+    sbx__buf_append(got, buf, (size_t) n);
 }
 
 static void agent_half(const uint8_t *p, size_t n)
@@ -58,15 +58,15 @@ static void agent_half(const uint8_t *p, size_t n)
   for (;;) {
     sbx_frame_hdr_t hdr;
     char *payload = NULL;
-    if (sbx_frame_recv(sp[0], &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0)
+    if (sbx__frame_recv(sp[0], &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0)
       break;
     bool ok = true;
     if (hdr.type == SBX_MSG_SIGNAL) {
       uint64_t sig = 0;
-      ok = sbx_tlv_get_u64(payload, hdr.len, SBX_T_SIGNO, SIGTERM, &sig) >= 0;
+      ok = sbx__tlv_get_u64(payload, hdr.len, SBX_T_SIGNO, SIGTERM, &sig) >= 0;
     } else {
       if (hdr.type == SBX_MSG_STDIN && !eof && in.fd >= 0)
-        sbx_buf_append(&want, payload, hdr.len);
+        sbx__buf_append(&want, payload, hdr.len);
       if (hdr.type == SBX_MSG_STDIN_EOF)
         eof = true;
       ok = client_frame(&hdr, payload, 0, -1, &in);
@@ -92,8 +92,8 @@ static void agent_half(const uint8_t *p, size_t n)
     abort(); /* every write end is gone: the reader sees end of file */
   close(pp[0]);
   close(sp[0]);
-  sbx_buf_free(&want);
-  sbx_buf_free(&got);
+  sbx__buf_free(&want);
+  sbx__buf_free(&got);
 }
 
 static void client_half(const uint8_t *p, size_t n)

@@ -1,4 +1,4 @@
-/* sbx_subids_overlap (src/backends/linux/ids.c): the parser of /etc/subuid and /etc/subgid
+/* sbx__subids_overlap (src/backends/linux/ids.c): the parser of /etc/subuid and /etc/subgid
  * that keeps sandbox id ranges off every host user's subordinate ids. Input: 8 bytes of range
  * (first, count), then the file's text. Oracle: an independent reading of the same grammar
  * (lines "name:first:count", decimal digits only; other lines are not entries) with 128-bit
@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   memcpy(text, data + 8, len);
   text[len] = '\0';
   size_t real = strlen(text); /* the parser reads a C string: stop where it stops */
-  if (sbx_subids_overlap(text, first, count) != reference(text, real, first, count))
+  if (sbx__subids_overlap(text, first, count) != reference(text, real, first, count))
     abort();
   free(text);
   return 0;

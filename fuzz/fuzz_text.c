@@ -1,15 +1,15 @@
 /* libFuzzer target for the contract's text rules (src/common/text.c), each against a reference
  * written here independently:
- * - sbx_utf8_valid against a decoder driven by the Unicode well-formed byte sequence table
+ * - sbx__utf8_valid against a decoder driven by the Unicode well-formed byte sequence table
  *   (Unicode 15, table 3-7);
- * - sbx_utf8_next (the one decoder: length, code point, maximal subpart), sbx_utf8_count_lossy
- *   and sbx_text_class against the same table;
- * - sbx_utf8_sanitize against the same table with U+FFFD per maximal subpart of an ill-formed
+ * - sbx__utf8_next (the one decoder: length, code point, maximal subpart), sbx__utf8_count_lossy
+ *   and sbx__text_class against the same table;
+ * - sbx__utf8_sanitize against the same table with U+FFFD per maximal subpart of an ill-formed
  *   sequence (Unicode's "best practice", Python's errors='replace'); its output is valid, and a
  *   valid input comes back unchanged;
- * - sbx_text_line_range against a split-clamp-join reference (read_file's range rule);
- * - sbx_env_key_valid against ^[A-Za-z_][A-Za-z0-9_]*$;
- * - sbx_exec_render: valid UTF-8, "(no output)" exactly when there is nothing to say, the exit
+ * - sbx__text_line_range against a split-clamp-join reference (read_file's range rule);
+ * - sbx__env_key_valid against ^[A-Za-z_][A-Za-z0-9_]*$;
+ * - sbx__exec_render: valid UTF-8, "(no output)" exactly when there is nothing to say, the exit
  *   and timeout lines and the truncation marker exactly when due.
  *
  * Input: a selector byte, then 16 bytes of parameters (two little-endian int64, used by the
@@ -186,9 +186,9 @@ static void check_render(const char *raw, size_t n, int64_t a, int64_t b)
       .exit_code = (int) (int8_t) (b >> 8),
       .timed_out = (b >> 16) & 1,
   };
-  char *r = sbx_exec_render(&o);
+  char *r = sbx__exec_render(&o);
   size_t rl = strlen(r);
-  if (!sbx_utf8_valid(r, rl))
+  if (!sbx__utf8_valid(r, rl))
     abort();
   bool nothing = o.out_len == 0 && o.err_len == 0 && o.out_total == 0 && o.err_total == 0 &&
                  !o.timed_out && o.exit_code == 0;
@@ -221,12 +221,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   size_t n = size - 17;
 
   /* UTF-8 validity and sanitizing */
-  if (sbx_utf8_valid(t, n) != ref_valid((const unsigned char *) t, n))
+  if (sbx__utf8_valid(t, n) != ref_valid((const unsigned char *) t, n))
     abort();
   size_t got_len, want_len;
-  char *got = sbx_utf8_sanitize(t, n, &got_len);
+  char *got = sbx__utf8_sanitize(t, n, &got_len);
   char *want = ref_sanitize((const unsigned char *) t, n, &want_len);
-  if (got_len != want_len || memcmp(got, want, got_len) != 0 || !sbx_utf8_valid(got, got_len))
+  if (got_len != want_len || memcmp(got, want, got_len) != 0 || !sbx__utf8_valid(got, got_len))
     abort();
   if (ref_valid((const unsigned char *) t, n) && (got_len != n || memcmp(got, t, n) != 0))
     abort();
@@ -242,7 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < n; units++) {
       size_t m = 0, l = ref_seq(u + i, n - i, &m);
       uint32_t cp = 0;
-      size_t dl = sbx_utf8_next(u + i, n - i, &cp);
+      size_t dl = sbx__utf8_next(u + i, n - i, &cp);
       if (l > 0) {
         uint32_t want_cp = l == 1 ? u[i] : (uint32_t) (u[i] & (0x7f >> l));
         for (size_t k = 1; k < l; k++)
@@ -256,9 +256,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       valid = valid && l > 0;
       i += dl;
     }
-    if (sbx_utf8_count_lossy(t, n) != units)
+    if (sbx__utf8_count_lossy(t, n) != units)
       abort();
-    int cls = sbx_text_class(t, n);
+    int cls = sbx__text_class(t, n);
     if (cls != (!valid ? SBX_TEXT_INVALID : ascii ? SBX_TEXT_ASCII : SBX_TEXT_UTF8))
       abort();
   }
@@ -266,7 +266,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   /* read_file's line range: small bounds most of the time, the extremes sometimes */
   int64_t start = sel & 1 ? SBX_LINE_NONE : (sel & 2 ? a : a % 64);
   int64_t end = sel & 4 ? SBX_LINE_NONE : (sel & 8 ? b : b % 64);
-  got = sbx_text_line_range(t, n, start, end, &got_len);
+  got = sbx__text_line_range(t, n, start, end, &got_len);
   want = ref_range(t, n, start, end, &want_len);
   if (got_len != want_len || memcmp(got, want, got_len) != 0 || got[got_len] != '\0')
     abort();
@@ -276,7 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   /* environment keys: the text up to its first '=' */
   const char *eq = memchr(t, '=', n);
   size_t klen = eq ? (size_t) (eq - t) : n;
-  if (sbx_env_key_valid(t, klen) != ref_env_key(t, klen))
+  if (sbx__env_key_valid(t, klen) != ref_env_key(t, klen))
     abort();
 
   check_render(t, n, a, b);

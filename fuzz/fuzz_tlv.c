@@ -4,10 +4,10 @@
  * bytes.
  *
  * Input: a TLV payload. Oracles:
- * - sbx_tlv_valid agrees with a walk by sbx_tlv_next; sbx_tlv_find returns the first field of
+ * - sbx__tlv_valid agrees with a walk by sbx__tlv_next; sbx__tlv_find returns the first field of
  *   a tag; typed getters agree with the raw field (u64: exactly 8 bytes, little endian;
  *   strings: a copy without NUL bytes) and report absent fields with the default;
- * - sbx_error_from_frame always gives an error whose kind is in range and whose message is a
+ * - sbx__error_from_frame always gives an error whose kind is in range and whose message is a
  *   NUL-terminated string;
  * - the reply decoders (list/glob items, grep matches, stat records, file infos) accept or
  *   refuse without crashing, and what they accept has NUL-free strings.
@@ -39,22 +39,22 @@ static uint64_t le64(const unsigned char *p)
 static void check_getters(const uint8_t *data, size_t size, uint16_t tag)
 {
   sbx_tlv_t f;
-  int found = sbx_tlv_find(data, size, tag, &f);
+  int found = sbx__tlv_find(data, size, tag, &f);
   uint64_t u = 0;
-  int ru = sbx_tlv_get_u64(data, size, tag, 77, &u);
+  int ru = sbx__tlv_get_u64(data, size, tag, 77, &u);
   char *s = NULL;
-  int rs = sbx_tlv_get_str(data, size, tag, &s);
+  int rs = sbx__tlv_get_str(data, size, tag, &s);
   if (found < 0) {
     if (ru >= 0 || rs >= 0)
       abort();
     return;
   }
   if (found == 0) {
-    if (ru != 0 || u != 77 || rs != 0 || s != NULL || sbx_tlv_has(data, size, tag))
+    if (ru != 0 || u != 77 || rs != 0 || s != NULL || sbx__tlv_has(data, size, tag))
       abort();
     return;
   }
-  if (!sbx_tlv_has(data, size, tag))
+  if (!sbx__tlv_has(data, size, tag))
     abort();
   if (f.len == 8 ? (ru != 1 || u != le64(f.data)) : ru != -1)
     abort();
@@ -72,13 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   sbx_tlv_t f;
   int ret;
   size_t fields = 0;
-  sbx_tlv_reader_init(&r, data, size);
-  while ((ret = sbx_tlv_next(&r, &f)) > 0) {
+  sbx__tlv_reader_init(&r, data, size);
+  while ((ret = sbx__tlv_next(&r, &f)) > 0) {
     if (f.data < data || f.data + f.len > data + size)
       abort();
     fields++;
   }
-  if ((ret == 0) != sbx_tlv_valid(data, size))
+  if ((ret == 0) != sbx__tlv_valid(data, size))
     abort();
   (void) fields;
 
@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
   /* an ERR frame from sbx-init */
   sbx_error_t err = NULL;
-  if (sbx_error_from_frame(data, size, &err) != -1 || err == NULL || err->msg == NULL ||
+  if (sbx__error_from_frame(data, size, &err) != -1 || err == NULL || err->msg == NULL ||
       err->kind <= 0 || err->kind >= SBX_E_KIND_MAX)
     abort();
   (void) strlen(err->msg);
@@ -101,8 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   sbx_strv_t strs = {0};
   struct grep_acc ga = {0};
   struct info_acc ia = {0};
-  sbx_tlv_reader_init(&r, data, size);
-  while (sbx_tlv_next(&r, &f) > 0) {
+  sbx__tlv_reader_init(&r, data, size);
+  while (sbx__tlv_next(&r, &f) > 0) {
     if (push_string(&strs, f.data, f.len) == 0 && strlen(strs.v[strs.n - 1]) != f.len)
       abort();
     if (push_match(&ga, f.data, f.len) == 0) {
@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   struct sbx_file_info info;
   if (info_from_tlv(data, size, &info) == 0 && info.path != NULL)
     abort();
-  sbx_strv_free(&strs);
+  sbx__strv_free(&strs);
   sbx_grep_matches_free(ga.v, ga.n);
   sbx_file_infos_free(ia.v, ia.n);
   return 0;

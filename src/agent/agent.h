@@ -15,9 +15,9 @@ struct sbx_agent_opts {
 };
 
 /* server.c: the main loop, until the sandbox expires. */
-int sbx_agent_serve(const struct sbx_agent_opts *o);
+int sbx__agent_serve(const struct sbx_agent_opts *o);
 
 /* search_cli.c: `sbx-init search ...` (argv[0] = "search"). */
-int sbx_agent_search_main(int argc, char **argv);
+int sbx__agent_search_main(int argc, char **argv);
 
 #endif

@@ -188,8 +188,8 @@ struct exec_req {
 static void exec_req_free(struct exec_req *r)
 {
   free(r->cmd);
-  sbx_strv_free(&r->argv);
-  sbx_strv_free(&r->env);
+  sbx__strv_free(&r->argv);
+  sbx__strv_free(&r->env);
   free(r->cwd);
   free(r->id);
 }
@@ -197,41 +197,41 @@ static void exec_req_free(struct exec_req *r)
 static int parse_exec(const char *p, size_t len, struct exec_req *r, sbx_error_t *err)
 {
   memset(r, 0, sizeof *r);
-  if (sbx_tlv_get_str(p, len, SBX_T_CMD, &r->cmd) < 0 ||
-      sbx_tlv_get_str(p, len, SBX_T_CWD, &r->cwd) < 0 ||
-      sbx_tlv_get_str(p, len, SBX_T_ID, &r->id) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_TIMEOUT_MS, 0, &r->timeout_ms) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_OUT_CAP, DEFAULT_CAP, &r->out_cap) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_ERR_CAP, DEFAULT_CAP, &r->err_cap) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_FLAGS, 0, &r->flags) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_ROWS, 24, &r->rows) < 0 ||
-      sbx_tlv_get_u64(p, len, SBX_T_COLS, 80, &r->cols) < 0)
-    return sbx_make_error(err, EPROTO, SBX_E_INVALID, "malformed exec request");
+  if (sbx__tlv_get_str(p, len, SBX_T_CMD, &r->cmd) < 0 ||
+      sbx__tlv_get_str(p, len, SBX_T_CWD, &r->cwd) < 0 ||
+      sbx__tlv_get_str(p, len, SBX_T_ID, &r->id) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_TIMEOUT_MS, 0, &r->timeout_ms) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_OUT_CAP, DEFAULT_CAP, &r->out_cap) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_ERR_CAP, DEFAULT_CAP, &r->err_cap) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_FLAGS, 0, &r->flags) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_ROWS, 24, &r->rows) < 0 ||
+      sbx__tlv_get_u64(p, len, SBX_T_COLS, 80, &r->cols) < 0)
+    return sbx__make_error(err, EPROTO, SBX_E_INVALID, "malformed exec request");
   if ((r->flags & (SBX_EXEC_STDIN | SBX_EXEC_PTY)) && (r->flags & SBX_EXEC_BACKGROUND))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "a background command cannot take input");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "a background command cannot take input");
   if ((r->flags & SBX_EXEC_PTY) &&
       (r->rows == 0 || r->cols == 0 || r->rows > SBX_PTY_MAX_DIM || r->cols > SBX_PTY_MAX_DIM))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
-                          SBX_PTY_MAX_DIM);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
+                           SBX_PTY_MAX_DIM);
   sbx_tlv_reader_t rd;
   sbx_tlv_t f;
-  sbx_tlv_reader_init(&rd, p, len);
-  while (sbx_tlv_next(&rd, &f) > 0) {
+  sbx__tlv_reader_init(&rd, p, len);
+  while (sbx__tlv_next(&rd, &f) > 0) {
     if (f.tag != SBX_T_ARG && f.tag != SBX_T_ENV)
       continue;
     if (memchr(f.data, '\0', f.len))
-      return sbx_make_error(err, 0, SBX_E_INVALID, "argument or environment contains NUL");
+      return sbx__make_error(err, 0, SBX_E_INVALID, "argument or environment contains NUL");
     const unsigned char *eq = f.tag == SBX_T_ENV ? memchr(f.data, '=', f.len) : NULL;
     if (f.tag == SBX_T_ENV &&
-        (eq == NULL || !sbx_env_key_valid((const char *) f.data, (size_t) (eq - f.data))))
-      return sbx_make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE");
-    sbx_strv_push_owned(f.tag == SBX_T_ARG ? &r->argv : &r->env,
-                        xstrndup((const char *) f.data, f.len));
+        (eq == NULL || !sbx__env_key_valid((const char *) f.data, (size_t) (eq - f.data))))
+      return sbx__make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE");
+    sbx__strv_push_owned(f.tag == SBX_T_ARG ? &r->argv : &r->env,
+                         xstrndup((const char *) f.data, f.len));
   }
   if ((r->flags & SBX_EXEC_ARGV) ? r->argv.n == 0 : (r->cmd == NULL || r->cmd[0] == '\0'))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
   if (r->id && (strlen(r->id) == 0 || strlen(r->id) > 64))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "command id must be 1-64 characters");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "command id must be 1-64 characters");
   if (r->cwd == NULL)
     r->cwd = xstrdup("/mnt/user-data/workspace");
   return 0;
@@ -250,12 +250,12 @@ static char **build_env(const struct exec_req *r, sbx_strv_t *out)
   };
   sbx_strv_t all = {0};
   for (size_t i = 0; i < ARRAY_SIZE(defaults); i++)
-    sbx_strv_push(&all, defaults[i]);
-  sbx_strv_push_owned(&all, xasprintf("PWD=%s", r->cwd));
+    sbx__strv_push(&all, defaults[i]);
+  sbx__strv_push_owned(&all, xasprintf("PWD=%s", r->cwd));
   if (r->flags & SBX_EXEC_PTY)
-    sbx_strv_push(&all, "TERM=xterm-256color"); /* the client's TERM, if sent, wins */
+    sbx__strv_push(&all, "TERM=xterm-256color"); /* the client's TERM, if sent, wins */
   for (size_t i = 0; i < r->env.n; i++)
-    sbx_strv_push(&all, r->env.v[i]);
+    sbx__strv_push(&all, r->env.v[i]);
   /* keep the last definition of each key */
   for (size_t i = 0; i < all.n; i++) {
     size_t klen = strcspn(all.v[i], "=");
@@ -263,9 +263,9 @@ static char **build_env(const struct exec_req *r, sbx_strv_t *out)
     for (size_t j = i + 1; j < all.n && !shadowed; j++)
       shadowed = strncmp(all.v[i], all.v[j], klen + 1) == 0;
     if (!shadowed)
-      sbx_strv_push(out, all.v[i]);
+      sbx__strv_push(out, all.v[i]);
   }
-  sbx_strv_free(&all);
+  sbx__strv_free(&all);
   return out->v;
 }
 
@@ -288,10 +288,10 @@ static char *resolve_exec(const char *name)
 static int check_cwd(const char *cwd, sbx_error_t *err)
 {
   if (cwd[0] != '/')
-    return sbx_make_error(err, 0, SBX_E_INVALID, "working directory must be absolute: %s", cwd);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "working directory must be absolute: %s", cwd);
   struct stat st;
   if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "working directory does not exist: %s", cwd);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "working directory does not exist: %s", cwd);
   return 0;
 }
 
@@ -311,10 +311,10 @@ static int exit_code_of(const siginfo_t *si)
 static int send_started(struct agent_conn *c, const char *id, pid_t pid)
 {
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_str(&w, SBX_T_ID, id);
-  sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
-  int r = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_put_str(&w, SBX_T_ID, id);
+  sbx__tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
+  int r = sbx__frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx__tlv_free(&w);
   return r;
 }
 
@@ -339,7 +339,7 @@ static int pump(struct agent_conn *c, struct stream *s, char *buf, size_t bufsz,
   size_t take = (uint64_t) n < room ? (size_t) n : (size_t) room;
   if (take > 0) {
     s->kept += take;
-    if (!*client_gone && sbx_frame_send(c->fd, s->type, c->req, buf, take) < 0)
+    if (!*client_gone && sbx__frame_send(c->fd, s->type, c->req, buf, take) < 0)
       *client_gone = true;
   }
   return PUMP_DATA;
@@ -351,7 +351,7 @@ static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background,
   struct cmd *e = table_alloc();
   if (e == NULL) {
     pthread_mutex_unlock(&table_lock);
-    sbx_make_error(err, 0, SBX_E_BUSY, "too many commands running (%d)", MAX_CMDS);
+    sbx__make_error(err, 0, SBX_E_BUSY, "too many commands running (%d)", MAX_CMDS);
     return NULL;
   }
   memset(e, 0, sizeof *e);
@@ -360,12 +360,12 @@ static struct cmd *register_cmd(const char *want_id, pid_t pid, bool background,
   e->pidfd = e->out_fd = e->log_fd = -1;
   e->background = background;
   e->running = true;
-  e->started_ms = sbx_realtime_ms();
+  e->started_ms = sbx__realtime_ms();
   e->seq = ++table_seq;
   if (want_id)
     snprintf(e->id, sizeof e->id, "%s", want_id);
   else
-    sbx_random_hex(e->id, 32);
+    sbx__random_hex(e->id, 32);
   pthread_mutex_unlock(&table_lock);
   return e;
 }
@@ -379,7 +379,7 @@ static bool client_frame(const sbx_frame_hdr_t *hdr, const char *p, pid_t pid, i
   switch (hdr->type) {
   case SBX_MSG_SIGNAL: {
     uint64_t sig = SIGTERM;
-    if (sbx_tlv_get_u64(p, hdr->len, SBX_T_SIGNO, SIGTERM, &sig) < 0)
+    if (sbx__tlv_get_u64(p, hdr->len, SBX_T_SIGNO, SIGTERM, &sig) < 0)
       return false;
     if (sig > 0 && sig < 65) {
       /* on a terminal: its foreground job (a shell's child), as a ^C typed there would */
@@ -403,9 +403,9 @@ static bool client_frame(const sbx_frame_hdr_t *hdr, const char *p, pid_t pid, i
     return true;
   case SBX_MSG_RESIZE: {
     uint64_t rows = 0, cols = 0;
-    if (pty_master < 0 || !sbx_tlv_valid(p, hdr->len) ||
-        sbx_tlv_get_u64(p, hdr->len, SBX_T_ROWS, 0, &rows) < 0 ||
-        sbx_tlv_get_u64(p, hdr->len, SBX_T_COLS, 0, &cols) < 0)
+    if (pty_master < 0 || !sbx__tlv_valid(p, hdr->len) ||
+        sbx__tlv_get_u64(p, hdr->len, SBX_T_ROWS, 0, &rows) < 0 ||
+        sbx__tlv_get_u64(p, hdr->len, SBX_T_COLS, 0, &cols) < 0)
       return false;
     if (rows <= SBX_PTY_MAX_DIM && cols <= SBX_PTY_MAX_DIM) /* else ignored, as 0 is */
       agent_pty_resize(pty_master, (unsigned) rows, (unsigned) cols);
@@ -453,18 +453,18 @@ static int stdio_open(struct stdio_set *io, const struct exec_req *r, struct spa
   int inp[2] = {-1, -1};
   if (r->flags & SBX_EXEC_STDIN) {
     if (pipe2(inp, O_CLOEXEC) < 0) {
-      sbx_make_error(err, errno, SBX_E_IO, "create pipes");
+      sbx__make_error(err, errno, SBX_E_IO, "create pipes");
       return -1;
     }
     io->in_r = inp[0];
     io->in_w = inp[1];
     fcntl(io->in_w, F_SETFL, O_NONBLOCK);
   } else if ((io->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
-    sbx_make_error(err, errno, SBX_E_IO, "open /dev/null");
+    sbx__make_error(err, errno, SBX_E_IO, "open /dev/null");
     return -1;
   }
   if (pipe2(io->outp, O_CLOEXEC) < 0 || (!merge && pipe2(io->errp, O_CLOEXEC) < 0)) {
-    sbx_make_error(err, errno, SBX_E_IO, "create pipes");
+    sbx__make_error(err, errno, SBX_E_IO, "create pipes");
     stdio_close(io);
     return -1;
   }
@@ -480,8 +480,8 @@ static int stdio_open(struct stdio_set *io, const struct exec_req *r, struct spa
 static void drain_pty(struct agent_conn *c, struct stream *so, char *buf, bool *client_gone)
 {
   /* a background job writing without pause must not hold the EXIT back: 500 ms at most */
-  uint64_t until = sbx_now_ms() + 500;
-  while (so->fd >= 0 && sbx_now_ms() < until) {
+  uint64_t until = sbx__now_ms() + 500;
+  while (so->fd >= 0 && sbx__now_ms() < until) {
     struct pollfd p = {so->fd, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0 || pump(c, so, buf, 65536, client_gone) == PUMP_EOF)
       break;
@@ -499,7 +499,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   int pidfd_raw = -1;
   pid_t pid = spawn(&a, &pidfd_raw);
   if (pid < 0) {
-    sbx_make_error(err, errno, SBX_E_IO, "start the command");
+    sbx__make_error(err, errno, SBX_E_IO, "start the command");
     stdio_close(&io);
     return -1;
   }
@@ -524,7 +524,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
 
   struct stream so = {keep_out, SBX_MSG_STDOUT, r->out_cap, 0, 0};
   struct stream se = {keep_err, SBX_MSG_STDERR, r->err_cap, 0, 0};
-  uint64_t start = sbx_now_ms();
+  uint64_t start = sbx__now_ms();
   uint64_t deadline = r->timeout_ms ? start + r->timeout_ms : 0;
   bool timed_out = false, exited = false;
   siginfo_t si = {0};
@@ -541,13 +541,13 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
       fds[0].events |= POLLOUT;
     int timeout = -1;
     if (deadline) {
-      uint64_t now = sbx_now_ms();
+      uint64_t now = sbx__now_ms();
       timeout = now >= deadline ? 0 : (int) (deadline - now);
     }
     int n = poll(fds, 5, timeout);
     if (n < 0 && errno != EINTR)
       break;
-    if (deadline && sbx_now_ms() >= deadline) {
+    if (deadline && sbx__now_ms() >= deadline) {
       kill_group(pid, SIGKILL);
       timed_out = true;
       deadline = 0;
@@ -563,7 +563,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
     if (fds[3].revents) {
       sbx_frame_hdr_t hdr;
       cleanup_free char *payload = NULL;
-      if (sbx_frame_recv(c->fd, &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0 ||
+      if (sbx__frame_recv(c->fd, &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0 ||
           !client_frame(&hdr, payload, pid, master, &in)) {
         client_gone = true;
         if (kill_on_gone)
@@ -605,20 +605,20 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
     e->running = false;
     e->exit_code = code;
     e->timed_out = timed_out;
-    e->finished_ms = sbx_realtime_ms();
+    e->finished_ms = sbx__realtime_ms();
     pthread_mutex_unlock(&table_lock);
   }
   if (client_gone)
     return -1;
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_i64(&w, SBX_T_CODE, code);
-  sbx_tlv_put_u64(&w, SBX_T_TIMED_OUT, timed_out);
-  sbx_tlv_put_u64(&w, SBX_T_SIGNALED, !timed_out && si.si_code != CLD_EXITED);
-  sbx_tlv_put_u64(&w, SBX_T_OUT_TOTAL, so.total);
-  sbx_tlv_put_u64(&w, SBX_T_ERR_TOTAL, se.total);
-  sbx_tlv_put_u64(&w, SBX_T_DURATION_MS, sbx_now_ms() - start);
-  int ret = sbx_frame_send_tlv(c->fd, SBX_MSG_EXIT, c->req, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_put_i64(&w, SBX_T_CODE, code);
+  sbx__tlv_put_u64(&w, SBX_T_TIMED_OUT, timed_out);
+  sbx__tlv_put_u64(&w, SBX_T_SIGNALED, !timed_out && si.si_code != CLD_EXITED);
+  sbx__tlv_put_u64(&w, SBX_T_OUT_TOTAL, so.total);
+  sbx__tlv_put_u64(&w, SBX_T_ERR_TOTAL, se.total);
+  sbx__tlv_put_u64(&w, SBX_T_DURATION_MS, sbx__now_ms() - start);
+  int ret = sbx__frame_send_tlv(c->fd, SBX_MSG_EXIT, c->req, &w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -629,7 +629,7 @@ static int run_background(struct agent_conn *c, struct exec_req *r, const char *
   cleanup_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   cleanup_close int log_fd = memfd_create("sbx-command-log", MFD_CLOEXEC);
   if (devnull < 0 || log_fd < 0 || pipe2(outp, O_CLOEXEC) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create the command log");
+    return sbx__make_error(err, errno, SBX_E_IO, "create the command log");
   struct spawn_args a = {.path = path,
                          .argv = argv,
                          .envp = envp,
@@ -642,7 +642,7 @@ static int run_background(struct agent_conn *c, struct exec_req *r, const char *
   close(outp[1]);
   if (pid < 0) {
     close(outp[0]);
-    return sbx_make_error(err, errno, SBX_E_IO, "start the command");
+    return sbx__make_error(err, errno, SBX_E_IO, "start the command");
   }
   fcntl(outp[0], F_SETFL, O_NONBLOCK);
   struct cmd *e = register_cmd(r->id, pid, true, err);
@@ -685,7 +685,7 @@ void agent_exec_reap_background(void *cookie)
       e->pidfd = -1;
       e->running = false;
       e->exit_code = exit_code_of(&si);
-      e->finished_ms = sbx_realtime_ms();
+      e->finished_ms = sbx__realtime_ms();
     }
   } else if (k->kind == COOKIE_OUT && e->out_fd >= 0) {
     char buf[65536];
@@ -729,7 +729,7 @@ int agent_exec(struct agent_conn *c, const char *payload, size_t len)
                                             : run_foreground(c, &r, path, argv, envp, &err);
   if (ret < 0 && err)
     ret = agent_reply_error(c, &err);
-  sbx_strv_free(&env);
+  sbx__strv_free(&env);
   exec_req_free(&r);
   return ret;
 }
@@ -739,9 +739,9 @@ int agent_signal(struct agent_conn *c, const char *payload, size_t len)
   sbx_error_t err = NULL;
   cleanup_free char *id = NULL;
   uint64_t sig = SIGTERM;
-  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_SIGNO, SIGTERM, &sig) < 0 || sig == 0 || sig > 64) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "signal needs a command id and a signal number");
+  if (sbx__tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_SIGNO, SIGTERM, &sig) < 0 || sig == 0 || sig > 64) {
+    sbx__make_error(&err, 0, SBX_E_INVALID, "signal needs a command id and a signal number");
     return agent_reply_error(c, &err);
   }
   pthread_mutex_lock(&table_lock);
@@ -749,7 +749,7 @@ int agent_signal(struct agent_conn *c, const char *payload, size_t len)
   pid_t pid = e && e->running ? e->pid : 0;
   pthread_mutex_unlock(&table_lock);
   if (pid == 0) {
-    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "no running command %s", id);
+    sbx__make_error(&err, 0, SBX_E_NOT_FOUND, "no running command %s", id);
     return agent_reply_error(c, &err);
   }
   kill_group(pid, (int) sig);
@@ -760,34 +760,34 @@ int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len)
 {
   sbx_error_t err = NULL;
   cleanup_free char *id = NULL;
-  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "status needs a command id");
+  if (sbx__tlv_get_str(payload, len, SBX_T_ID, &id) <= 0) {
+    sbx__make_error(&err, 0, SBX_E_INVALID, "status needs a command id");
     return agent_reply_error(c, &err);
   }
   sbx_tlv_writer_t w = {0};
   pthread_mutex_lock(&table_lock);
   struct cmd *e = table_find(id);
   if (e) {
-    sbx_tlv_put_str(&w, SBX_T_ID, e->id);
-    sbx_tlv_put_u64(&w, SBX_T_RUNNING, e->running);
-    sbx_tlv_put_u64(&w, SBX_T_STARTED_MS, e->started_ms);
-    sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) e->pid);
+    sbx__tlv_put_str(&w, SBX_T_ID, e->id);
+    sbx__tlv_put_u64(&w, SBX_T_RUNNING, e->running);
+    sbx__tlv_put_u64(&w, SBX_T_STARTED_MS, e->started_ms);
+    sbx__tlv_put_u64(&w, SBX_T_PID, (uint64_t) e->pid);
     if (!e->running) {
-      sbx_tlv_put_i64(&w, SBX_T_CODE, e->exit_code);
-      sbx_tlv_put_u64(&w, SBX_T_FINISHED_MS, e->finished_ms);
-      sbx_tlv_put_u64(&w, SBX_T_TIMED_OUT, e->timed_out);
+      sbx__tlv_put_i64(&w, SBX_T_CODE, e->exit_code);
+      sbx__tlv_put_u64(&w, SBX_T_FINISHED_MS, e->finished_ms);
+      sbx__tlv_put_u64(&w, SBX_T_TIMED_OUT, e->timed_out);
     }
-    sbx_tlv_put_u64(&w, SBX_T_FLAGS, e->background ? SBX_EXEC_BACKGROUND : 0);
+    sbx__tlv_put_u64(&w, SBX_T_FLAGS, e->background ? SBX_EXEC_BACKGROUND : 0);
   }
   pthread_mutex_unlock(&table_lock);
   int ret;
   if (e == NULL) {
-    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "command not found: %s", id);
+    sbx__make_error(&err, 0, SBX_E_NOT_FOUND, "command not found: %s", id);
     ret = agent_reply_error(c, &err);
   } else {
     ret = agent_reply_ok(c, &w);
   }
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -796,10 +796,10 @@ int agent_cmd_logs(struct agent_conn *c, const char *payload, size_t len)
   sbx_error_t err = NULL;
   cleanup_free char *id = NULL;
   uint64_t cursor = 0, limit = 0;
-  if (sbx_tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_CURSOR, 0, &cursor) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_LIMIT, 16u << 20, &limit) < 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "logs needs a command id");
+  if (sbx__tlv_get_str(payload, len, SBX_T_ID, &id) <= 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_CURSOR, 0, &cursor) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_LIMIT, 16u << 20, &limit) < 0) {
+    sbx__make_error(&err, 0, SBX_E_INVALID, "logs needs a command id");
     return agent_reply_error(c, &err);
   }
   pthread_mutex_lock(&table_lock);
@@ -808,7 +808,7 @@ int agent_cmd_logs(struct agent_conn *c, const char *payload, size_t len)
   uint64_t log_len = e ? e->log_len : 0;
   pthread_mutex_unlock(&table_lock);
   if (fd < 0) {
-    sbx_make_error(&err, 0, SBX_E_NOT_FOUND, "no background command %s", id);
+    sbx__make_error(&err, 0, SBX_E_NOT_FOUND, "no background command %s", id);
     return agent_reply_error(c, &err);
   }
   cleanup_close int lfd = fd;
@@ -822,13 +822,13 @@ int agent_cmd_logs(struct agent_conn *c, const char *payload, size_t len)
     ssize_t n = pread(lfd, buf, want, (off_t) off);
     if (n <= 0)
       break;
-    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
+    if (sbx__frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
       return -1;
     off += (uint64_t) n;
   }
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_CURSOR, off);
+  sbx__tlv_put_u64(&w, SBX_T_CURSOR, off);
   int ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }

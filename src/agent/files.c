@@ -34,7 +34,7 @@ static int open_search_root(const char *path, int flags)
 void agent_files_init(void)
 {
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  sbx_search_open_root = open_search_root;
+  sbx__search_open_root = open_search_root;
 }
 
 int agent_open(const char *path, int flags, int mode, sbx_error_t *err)
@@ -47,16 +47,16 @@ int agent_open(const char *path, int flags, int mode, sbx_error_t *err)
     int e = errno;
     switch (e) {
     case ENOENT:
-      return sbx_make_error(err, e, SBX_E_NOT_FOUND, "File not found: %s", path);
+      return sbx__make_error(err, e, SBX_E_NOT_FOUND, "File not found: %s", path);
     case EISDIR:
-      return sbx_make_error(err, e, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+      return sbx__make_error(err, e, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
     case ENOTDIR:
-      return sbx_make_error(err, e, SBX_E_NOT_DIR, "Not a directory: %s", path);
+      return sbx__make_error(err, e, SBX_E_NOT_DIR, "Not a directory: %s", path);
     case EACCES:
     case EPERM:
-      return sbx_make_error(err, e, SBX_E_IO, "Permission denied: %s", path);
+      return sbx__make_error(err, e, SBX_E_IO, "Permission denied: %s", path);
     default:
-      return sbx_make_error(err, e, sbx_errno_kind(e), "open %s", path);
+      return sbx__make_error(err, e, sbx__errno_kind(e), "open %s", path);
     }
   }
   return fd;
@@ -64,9 +64,9 @@ int agent_open(const char *path, int flags, int mode, sbx_error_t *err)
 
 static int get_path(const char *p, size_t len, uint16_t tag, char **out, sbx_error_t *err)
 {
-  if (sbx_tlv_get_str(p, len, tag, out) <= 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
-  return sbx_path_check(*out, err);
+  if (sbx__tlv_get_str(p, len, tag, out) <= 0)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
+  return sbx__path_check(*out, err);
 }
 
 /* Splits an absolute path into its directory and last component ("/a/b/" -> "/a", "b"). */
@@ -78,7 +78,7 @@ static int split_path(const char *path, char **dir, char **base, sbx_error_t *er
     p[--n] = '\0';
   char *slash = strrchr(p, '/');
   if (slash == NULL || slash[1] == '\0' || strcmp(slash + 1, ".") == 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "path has no final component: %s", path);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "path has no final component: %s", path);
   *base = xstrdup(slash + 1);
   *dir = slash == p ? xstrdup("/") : xstrndup(p, (size_t) (slash - p));
   return 0;
@@ -108,7 +108,7 @@ static int make_dirs(const char *path, int mode, sbx_error_t *err)
         if (dfd < 0)
           return -1;
         if (mkdirat(dfd, base, (mode_t) mode) < 0 && errno != EEXIST)
-          return sbx_make_error(err, errno, sbx_errno_kind(errno), "create directory %s", p);
+          return sbx__make_error(err, errno, sbx__errno_kind(errno), "create directory %s", p);
       } else {
         *err = e2;
         return -1;
@@ -124,7 +124,7 @@ static int send_data_from_buf(struct agent_conn *c, const char *data, size_t len
 {
   for (size_t off = 0; off < len;) {
     size_t n = len - off < SBX_PROTO_CHUNK ? len - off : SBX_PROTO_CHUNK;
-    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, data + off, n) < 0)
+    if (sbx__frame_send(c->fd, SBX_MSG_DATA, c->req, data + off, n) < 0)
       return -1;
     off += n;
   }
@@ -138,15 +138,15 @@ static int open_regular(const char *path, sbx_error_t *err, struct stat *st)
     return -1;
   if (fstat(fd, st) < 0) {
     close(fd);
-    return sbx_make_error(err, errno, SBX_E_IO, "stat %s", path);
+    return sbx__make_error(err, errno, SBX_E_IO, "stat %s", path);
   }
   if (S_ISDIR(st->st_mode)) {
     close(fd);
-    return sbx_make_error(err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+    return sbx__make_error(err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
   }
   if (!S_ISREG(st->st_mode)) {
     close(fd);
-    return sbx_make_error(err, 0, SBX_E_INVALID, "not a regular file: %s", path);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "not a regular file: %s", path);
   }
   return fd;
 }
@@ -154,8 +154,8 @@ static int open_regular(const char *path, sbx_error_t *err, struct stat *st)
 static int reply_too_large_to_read(struct agent_conn *c, const char *path)
 {
   sbx_error_t err = NULL;
-  sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
-                 SBX_READ_TEXT_MAX, path);
+  sbx__make_error(&err, EFBIG, SBX_E_TOO_LARGE, "File exceeds maximum read size of %u bytes: %s",
+                  SBX_READ_TEXT_MAX, path);
   return agent_reply_error(c, &err);
 }
 
@@ -165,8 +165,8 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL;
   int64_t start = SBX_LINE_NONE, end = SBX_LINE_NONE;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_i64(payload, len, SBX_T_START, SBX_LINE_NONE, &start) < 0 ||
-      sbx_tlv_get_i64(payload, len, SBX_T_END, SBX_LINE_NONE, &end) < 0)
+      sbx__tlv_get_i64(payload, len, SBX_T_START, SBX_LINE_NONE, &start) < 0 ||
+      sbx__tlv_get_i64(payload, len, SBX_T_END, SBX_LINE_NONE, &end) < 0)
     return agent_reply_error(c, &err);
   struct stat st;
   cleanup_close int fd = open_regular(path, &err, &st);
@@ -177,21 +177,21 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
   /* Read straight into a buffer sized from fstat (one more byte shows growth past it). */
   sbx_buf_t b = {0};
   size_t hint = (uint64_t) st.st_size < SBX_READ_TEXT_MAX ? (size_t) st.st_size : SBX_READ_TEXT_MAX;
-  sbx_buf_reserve(&b, hint + 1);
+  sbx__buf_reserve(&b, hint + 1);
   for (;;) {
     if (b.len > SBX_READ_TEXT_MAX) { /* it grew after the fstat */
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       return reply_too_large_to_read(c, path);
     }
     if (b.cap - b.len - 1 < 65536)
-      sbx_buf_reserve(&b, 65536);
+      sbx__buf_reserve(&b, 65536);
     size_t room = b.cap - b.len - 1, cap_left = SBX_READ_TEXT_MAX + 1 - b.len;
     ssize_t r = read(fd, b.data + b.len, room < cap_left ? room : cap_left);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0) {
-      sbx_buf_free(&b);
-      sbx_make_error(&err, errno, SBX_E_IO, "read %s", path);
+      sbx__buf_free(&b);
+      sbx__make_error(&err, errno, SBX_E_IO, "read %s", path);
       return agent_reply_error(c, &err);
     }
     if (r == 0)
@@ -200,31 +200,31 @@ int agent_read_text(struct agent_conn *c, const char *payload, size_t len)
   }
   b.data[b.len] = '\0';
   size_t n = b.len;
-  cleanup_free char *data = sbx_buf_steal(&b);
-  if (!sbx_utf8_valid(data, n)) {
-    sbx_make_error(&err, 0, SBX_E_NOT_TEXT,
-                   "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file (e.g. "
-                   ".xlsx, .pdf, or an image). read_file only supports UTF-8 text. Use bash with "
-                   "a suitable library instead (pandas/openpyxl for spreadsheets), or view_image "
-                   "for images.",
-                   path);
+  cleanup_free char *data = sbx__buf_steal(&b);
+  if (!sbx__utf8_valid(data, n)) {
+    sbx__make_error(&err, 0, SBX_E_NOT_TEXT,
+                    "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file (e.g. "
+                    ".xlsx, .pdf, or an image). read_file only supports UTF-8 text. Use bash with "
+                    "a suitable library instead (pandas/openpyxl for spreadsheets), or view_image "
+                    "for images.",
+                    path);
     return agent_reply_error(c, &err);
   }
   /* The whole file goes out as read; a range is cut into a new buffer. */
   bool whole = start == SBX_LINE_NONE && end == SBX_LINE_NONE;
   size_t outlen = n;
-  cleanup_free char *cut = whole ? NULL : sbx_text_line_range(data, n, start, end, &outlen);
+  cleanup_free char *cut = whole ? NULL : sbx__text_line_range(data, n, start, end, &outlen);
   const char *out = whole ? data : cut;
   /* The size first, so the client can size its buffer once. */
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_SIZE, outlen);
-  int sr = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_put_u64(&w, SBX_T_SIZE, outlen);
+  int sr = sbx__frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx__tlv_free(&w);
   if (sr < 0 || send_data_from_buf(c, out, outlen) < 0)
     return -1;
-  sbx_tlv_put_u64(&w, SBX_T_SIZE, outlen);
+  sbx__tlv_put_u64(&w, SBX_T_SIZE, outlen);
   int ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -234,9 +234,9 @@ int agent_read(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL;
   uint64_t offset = 0, limit = 0, max = 0;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_OFFSET, 0, &offset) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_LIMIT, 0, &limit) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 0, &max) < 0)
+      sbx__tlv_get_u64(payload, len, SBX_T_OFFSET, 0, &offset) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_LIMIT, 0, &limit) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_MAX, 0, &max) < 0)
     return agent_reply_error(c, &err);
   struct stat st;
   cleanup_close int fd = open_regular(path, &err, &st);
@@ -244,16 +244,16 @@ int agent_read(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   uint64_t size = (uint64_t) st.st_size;
   if (max && size > max) {
-    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE,
-                   "File exceeds maximum download size of %llu bytes: %s", (unsigned long long) max,
-                   path);
+    sbx__make_error(&err, EFBIG, SBX_E_TOO_LARGE,
+                    "File exceeds maximum download size of %llu bytes: %s",
+                    (unsigned long long) max, path);
     return agent_reply_error(c, &err);
   }
   /* Tell the client the size first so it can answer a ranged request before the data. */
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_SIZE, size);
-  int r = sbx_frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_put_u64(&w, SBX_T_SIZE, size);
+  int r = sbx__frame_send_tlv(c->fd, SBX_MSG_STARTED, c->req, &w);
+  sbx__tlv_free(&w);
   if (r < 0)
     return -1;
   uint64_t sent = 0;
@@ -269,28 +269,28 @@ int agent_read(struct agent_conn *c, const char *payload, size_t len)
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      sbx_make_error(&err, errno, SBX_E_IO, "read %s", path);
+      sbx__make_error(&err, errno, SBX_E_IO, "read %s", path);
       return agent_reply_error(c, &err);
     }
     if (n == 0)
       break;
     /* the file may have grown since fstat: the cap counts what is actually sent */
     if (max && sent + (uint64_t) n > max) {
-      sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE,
-                     "File exceeds maximum download size of %llu bytes: %s",
-                     (unsigned long long) max, path);
+      sbx__make_error(&err, EFBIG, SBX_E_TOO_LARGE,
+                      "File exceeds maximum download size of %llu bytes: %s",
+                      (unsigned long long) max, path);
       return agent_reply_error(c, &err);
     }
-    if (sbx_frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
+    if (sbx__frame_send(c->fd, SBX_MSG_DATA, c->req, buf, (size_t) n) < 0)
       return -1;
     sent += (uint64_t) n;
     off += n;
   }
   sbx_tlv_writer_t ok = {0};
-  sbx_tlv_put_u64(&ok, SBX_T_SIZE, size);
-  sbx_tlv_put_u64(&ok, SBX_T_COUNT, sent);
+  sbx__tlv_put_u64(&ok, SBX_T_SIZE, size);
+  sbx__tlv_put_u64(&ok, SBX_T_COUNT, sent);
   int ret = agent_reply_ok(c, &ok);
-  sbx_tlv_free(&ok);
+  sbx__tlv_free(&ok);
   return ret;
 }
 
@@ -301,15 +301,15 @@ static int receive_data(struct agent_conn *c, int fd, uint64_t *written, sbx_err
   for (;;) {
     sbx_frame_hdr_t hdr;
     cleanup_free char *data = NULL;
-    if (sbx_frame_recv(c->fd, &hdr, &data, SBX_PROTO_MAX_PAYLOAD) < 0)
+    if (sbx__frame_recv(c->fd, &hdr, &data, SBX_PROTO_MAX_PAYLOAD) < 0)
       return -1; /* the client went away: the temp file is discarded */
     if (hdr.type == SBX_MSG_DATA_END)
       return 0;
     if (hdr.type != SBX_MSG_DATA)
       return -1;
     if (fd >= 0 && *err == NULL) {
-      if (sbx_write_all(fd, data, hdr.len) < 0)
-        sbx_make_error(err, errno, sbx_errno_kind(errno), "write %s", path);
+      if (sbx__write_all(fd, data, hdr.len) < 0)
+        sbx__make_error(err, errno, sbx__errno_kind(errno), "write %s", path);
       else
         *written += hdr.len;
     }
@@ -327,7 +327,7 @@ static int open_temp(int dirfd, const char *base, char **tmpname)
   if (fd >= 0)
     return fd;
   char suffix[17];
-  sbx_random_hex(suffix, 16);
+  sbx__random_hex(suffix, 16);
   *tmpname = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
   return openat(dirfd, *tmpname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
@@ -338,7 +338,7 @@ static int commit_temp(int dirfd, int fd, char **tmpname, const char *base)
 {
   if (*tmpname == NULL) {
     char suffix[17], proc[64];
-    sbx_random_hex(suffix, 16);
+    sbx__random_hex(suffix, 16);
     char *name = xasprintf(".%.200s.sbx-%s.tmp", base, suffix);
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     if (linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0) {
@@ -359,8 +359,8 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
   cleanup_close int fd = -1;
   cleanup_close int dirfd = -1;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0644, &mode) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_MODE, 0644, &mode) < 0 ||
       split_path(path, &dir, &base, &err) < 0)
     goto drain;
   mode &= 07777;
@@ -373,7 +373,7 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
     fd = agent_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK, (int) mode, &err);
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
-      sbx_make_error(&err, 0, SBX_E_INVALID, "not a regular file: %s", path);
+      sbx__make_error(&err, 0, SBX_E_INVALID, "not a regular file: %s", path);
       close(steal_fd(&fd));
     }
     if (fd >= 0)
@@ -382,15 +382,15 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
     struct stat st;
     if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (S_ISDIR(st.st_mode)) {
-        sbx_make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+        sbx__make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
         goto drain;
       }
-      if (S_ISREG(st.st_mode) && !sbx_tlv_has(payload, len, SBX_T_MODE))
+      if (S_ISREG(st.st_mode) && !sbx__tlv_has(payload, len, SBX_T_MODE))
         mode = st.st_mode & 07777;
     }
     fd = open_temp(dirfd, base, &tmp);
     if (fd < 0)
-      sbx_make_error(&err, errno, sbx_errno_kind(errno), "create %s", path);
+      sbx__make_error(&err, errno, sbx__errno_kind(errno), "create %s", path);
     replace = true;
   }
 drain:
@@ -401,10 +401,10 @@ drain:
     return -1;
   }
   if (err == NULL && fd >= 0 && fsync(fd) < 0)
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "sync %s", path);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "sync %s", path);
   if (err == NULL && replace) {
     if (fchmod(fd, (mode_t) mode) < 0 || commit_temp(dirfd, fd, &tmp, base) < 0)
-      sbx_make_error(&err, errno, sbx_errno_kind(errno), "replace %s", path);
+      sbx__make_error(&err, errno, sbx__errno_kind(errno), "replace %s", path);
   }
   if (err) {
     if (tmp && dirfd >= 0)
@@ -412,9 +412,9 @@ drain:
     return agent_reply_error(c, &err);
   }
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_SIZE, written);
+  sbx__tlv_put_u64(&w, SBX_T_SIZE, written);
   int ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -432,19 +432,19 @@ static int send_items(struct agent_conn *c, char **items, size_t n, bool truncat
 #define SEARCH_TIMEOUT_MS (590 * 1000)
 
 /* The deadline of a search asked to take at most timeout_ms (0: SEARCH_TIMEOUT_MS, and never
- * more). While it runs the client's connection is watched too (sbx_search_set_cancel_fd), so a
+ * more). While it runs the client's connection is watched too (sbx__search_set_cancel_fd), so a
  * search whose client went away stops. */
 static uint64_t search_begin(struct agent_conn *c, uint64_t timeout_ms)
 {
   if (timeout_ms == 0 || timeout_ms > SEARCH_TIMEOUT_MS)
     timeout_ms = SEARCH_TIMEOUT_MS;
-  sbx_search_set_cancel_fd(c->fd);
-  return sbx_now_ms() + timeout_ms;
+  sbx__search_set_cancel_fd(c->fd);
+  return sbx__now_ms() + timeout_ms;
 }
 
 static void search_end(void)
 {
-  sbx_search_set_cancel_fd(-1);
+  sbx__search_set_cancel_fd(-1);
 }
 
 int agent_list(struct agent_conn *c, const char *payload, size_t len)
@@ -454,20 +454,20 @@ int agent_list(struct agent_conn *c, const char *payload, size_t len)
   int64_t depth = 2;
   uint64_t max = 10000;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_i64(payload, len, SBX_T_DEPTH, 2, &depth) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 10000, &max) < 0)
+      sbx__tlv_get_i64(payload, len, SBX_T_DEPTH, 2, &depth) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_MAX, 10000, &max) < 0)
     return agent_reply_error(c, &err);
   if (depth > SBX_SEARCH_MAX_DEPTH)
     depth = SBX_SEARCH_MAX_DEPTH;
   sbx_strv_t out = {0};
   bool truncated = false;
-  int r = sbx_search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out, &truncated,
-                              &err);
+  int r = sbx__search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out,
+                               &truncated, &err);
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
-  sbx_strv_free(&out);
+  sbx__strv_free(&out);
   return ret;
 }
 
@@ -477,20 +477,20 @@ int agent_glob(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL, *pattern = NULL;
   uint64_t max = 200, flags = 0, timeout_ms = 0;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 200, &max) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
+      sbx__tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_MAX, 200, &max) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
     return agent_reply_error(c, &err);
   sbx_strv_t out = {0};
   bool truncated = false;
-  int r = sbx_search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max,
-                          search_begin(c, timeout_ms), &out, &truncated, &err);
+  int r = sbx__search_glob(path, pattern ? pattern : "", flags & SBX_GLOB_DIRS, (size_t) max,
+                           search_begin(c, timeout_ms), &out, &truncated, &err);
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);
   int ret = send_items(c, out.v, out.n, truncated);
-  sbx_strv_free(&out);
+  sbx__strv_free(&out);
   return ret;
 }
 
@@ -500,30 +500,30 @@ int agent_grep(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL, *pattern = NULL, *glob = NULL;
   uint64_t max = 100, flags = 0, timeout_ms = 0;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_GLOB, &glob) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MAX, 100, &max) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
+      sbx__tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0 ||
+      sbx__tlv_get_str(payload, len, SBX_T_GLOB, &glob) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_MAX, 100, &max) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &timeout_ms) < 0)
     return agent_reply_error(c, &err);
   sbx_grep_matches_t m = {0};
   bool truncated = false;
-  int r = sbx_search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
-                          flags & SBX_GREP_CASE, (size_t) max, search_begin(c, timeout_ms), &m,
-                          &truncated, &err);
+  int r = sbx__search_grep(path, pattern ? pattern : "", glob, flags & SBX_GREP_LITERAL,
+                           flags & SBX_GREP_CASE, (size_t) max, search_begin(c, timeout_ms), &m,
+                           &truncated, &err);
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);
   agent_items_t it = {.c = c};
   for (size_t i = 0; i < m.n && it.failed == 0; i++) {
     sbx_tlv_writer_t rec = {0};
-    sbx_tlv_put_str(&rec, SBX_T_PATH, m.v[i].path);
-    sbx_tlv_put_u64(&rec, SBX_T_LINE_NO, m.v[i].line_number);
-    sbx_tlv_put_str(&rec, SBX_T_TEXT, m.v[i].line);
+    sbx__tlv_put_str(&rec, SBX_T_PATH, m.v[i].path);
+    sbx__tlv_put_u64(&rec, SBX_T_LINE_NO, m.v[i].line_number);
+    sbx__tlv_put_str(&rec, SBX_T_TEXT, m.v[i].line);
     agent_items_add(&it, rec.buf.data, rec.buf.len);
-    sbx_tlv_free(&rec);
+    sbx__tlv_free(&rec);
   }
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   return agent_items_finish(&it, truncated);
 }
 
@@ -537,15 +537,15 @@ void agent_put_stat(sbx_tlv_writer_t *w, const struct stat *st);
 void agent_put_stat(sbx_tlv_writer_t *w, const struct stat *st)
 {
   char t = type_char(st->st_mode);
-  sbx_tlv_put(w, SBX_T_TYPE, &t, 1);
-  sbx_tlv_put_u64(w, SBX_T_SIZE, (uint64_t) st->st_size);
-  sbx_tlv_put_u64(w, SBX_T_MODE, st->st_mode & 07777);
-  sbx_tlv_put_u64(w, SBX_T_MTIME,
-                  (uint64_t) st->st_mtim.tv_sec * 1000000000u + (uint64_t) st->st_mtim.tv_nsec);
-  sbx_tlv_put_u64(w, SBX_T_CTIME,
-                  (uint64_t) st->st_ctim.tv_sec * 1000000000u + (uint64_t) st->st_ctim.tv_nsec);
-  sbx_tlv_put_u64(w, SBX_T_UID, st->st_uid);
-  sbx_tlv_put_u64(w, SBX_T_GID, st->st_gid);
+  sbx__tlv_put(w, SBX_T_TYPE, &t, 1);
+  sbx__tlv_put_u64(w, SBX_T_SIZE, (uint64_t) st->st_size);
+  sbx__tlv_put_u64(w, SBX_T_MODE, st->st_mode & 07777);
+  sbx__tlv_put_u64(w, SBX_T_MTIME,
+                   (uint64_t) st->st_mtim.tv_sec * 1000000000u + (uint64_t) st->st_mtim.tv_nsec);
+  sbx__tlv_put_u64(w, SBX_T_CTIME,
+                   (uint64_t) st->st_ctim.tv_sec * 1000000000u + (uint64_t) st->st_ctim.tv_nsec);
+  sbx__tlv_put_u64(w, SBX_T_UID, st->st_uid);
+  sbx__tlv_put_u64(w, SBX_T_GID, st->st_gid);
 }
 
 int agent_stat(struct agent_conn *c, const char *payload, size_t len)
@@ -559,13 +559,13 @@ int agent_stat(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   struct stat st;
   if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-    sbx_make_error(&err, errno, SBX_E_IO, "stat %s", path);
+    sbx__make_error(&err, errno, SBX_E_IO, "stat %s", path);
     return agent_reply_error(c, &err);
   }
   sbx_tlv_writer_t w = {0};
   agent_put_stat(&w, &st);
   int ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -575,7 +575,7 @@ int agent_mkdir(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL;
   uint64_t mode = 0755;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0755, &mode) < 0)
+      sbx__tlv_get_u64(payload, len, SBX_T_MODE, 0755, &mode) < 0)
     return agent_reply_error(c, &err);
   /* report whether it was created: only new directories get the requested mode */
   sbx_error_t probe = NULL;
@@ -593,9 +593,9 @@ int agent_mkdir(struct agent_conn *c, const char *payload, size_t len)
     fchmod(dfd, (mode_t) (mode & 07777));
   }
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_COUNT, existed ? 0 : 1);
+  sbx__tlv_put_u64(&w, SBX_T_COUNT, existed ? 0 : 1);
   int ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
@@ -605,7 +605,7 @@ int agent_remove(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL, *dir = NULL, *base = NULL;
   uint64_t flags = 0;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_FLAGS, 0, &flags) < 0 ||
       split_path(path, &dir, &base, &err) < 0)
     return agent_reply_error(c, &err);
   cleanup_close int dfd = agent_open(dir, O_RDONLY | O_DIRECTORY, 0, &err);
@@ -613,26 +613,26 @@ int agent_remove(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   struct stat st;
   if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "File not found: %s", path);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "File not found: %s", path);
     return agent_reply_error(c, &err);
   }
   int r;
   if (S_ISDIR(st.st_mode)) {
     if (!(flags & (SBX_REMOVE_DIR | SBX_REMOVE_RECURSIVE))) {
-      sbx_make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+      sbx__make_error(&err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
       return agent_reply_error(c, &err);
     }
-    r = (flags & SBX_REMOVE_RECURSIVE) ? sbx_rm_rf_at(dfd, base)
+    r = (flags & SBX_REMOVE_RECURSIVE) ? sbx__rm_rf_at(dfd, base)
                                        : unlinkat(dfd, base, AT_REMOVEDIR);
   } else {
     if ((flags & SBX_REMOVE_DIR) && !(flags & SBX_REMOVE_RECURSIVE)) {
-      sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
+      sbx__make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
       return agent_reply_error(c, &err);
     }
     r = unlinkat(dfd, base, 0);
   }
   if (r < 0) {
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "remove %s", path);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "remove %s", path);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);
@@ -652,7 +652,7 @@ int agent_rename(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   struct stat st;
   if (fstatat(sfd, sbase, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-    sbx_make_error(&err, errno, SBX_E_NOT_FOUND, "File not found: %s", src);
+    sbx__make_error(&err, errno, SBX_E_NOT_FOUND, "File not found: %s", src);
     return agent_reply_error(c, &err);
   }
   if (make_dirs(ddir, 0755, &err) < 0)
@@ -661,7 +661,7 @@ int agent_rename(struct agent_conn *c, const char *payload, size_t len)
   if (dfd < 0)
     return agent_reply_error(c, &err);
   if (renameat2(sfd, sbase, dfd, dbase, RENAME_NOREPLACE) < 0) {
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "move %s to %s", src, dst);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "move %s to %s", src, dst);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);
@@ -699,9 +699,9 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL, *owner = NULL, *group = NULL;
   uint64_t mode = 0;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_MODE, 0, &mode) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_OWNER, &owner) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_GROUP, &group) < 0)
+      sbx__tlv_get_u64(payload, len, SBX_T_MODE, 0, &mode) < 0 ||
+      sbx__tlv_get_str(payload, len, SBX_T_OWNER, &owner) < 0 ||
+      sbx__tlv_get_str(payload, len, SBX_T_GROUP, &group) < 0)
     return agent_reply_error(c, &err);
   cleanup_close int fd = agent_open(path, O_PATH, 0, &err);
   if (fd < 0)
@@ -709,21 +709,21 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
   if (mode && chmod(proc, (mode_t) (mode & 07777)) < 0) {
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "chmod %s", path);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "chmod %s", path);
     return agent_reply_error(c, &err);
   }
   uint64_t uid = (uint64_t) -1, gid = (uint64_t) -1;
   if (owner && *owner && lookup_id("/etc/passwd", owner, &uid) < 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "unknown user %s", owner);
+    sbx__make_error(&err, 0, SBX_E_INVALID, "unknown user %s", owner);
     return agent_reply_error(c, &err);
   }
   if (group && *group && lookup_id("/etc/group", group, &gid) < 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "unknown group %s", group);
+    sbx__make_error(&err, 0, SBX_E_INVALID, "unknown group %s", group);
     return agent_reply_error(c, &err);
   }
   if ((uid != (uint64_t) -1 || gid != (uint64_t) -1) &&
       fchownat(fd, "", (uid_t) uid, (gid_t) gid, AT_EMPTY_PATH) < 0) {
-    sbx_make_error(&err, errno, sbx_errno_kind(errno), "chown %s", path);
+    sbx__make_error(&err, errno, sbx__errno_kind(errno), "chown %s", path);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);
@@ -733,8 +733,8 @@ int agent_connect(struct agent_conn *c, const char *payload, size_t len)
 {
   sbx_error_t err = NULL;
   uint64_t port = 0;
-  if (sbx_tlv_get_u64(payload, len, SBX_T_PORT, 0, &port) <= 0 || port == 0 || port > 65535) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "port must be 1-65535");
+  if (sbx__tlv_get_u64(payload, len, SBX_T_PORT, 0, &port) <= 0 || port == 0 || port > 65535) {
+    sbx__make_error(&err, 0, SBX_E_INVALID, "port must be 1-65535");
     return agent_reply_error(c, &err);
   }
   cleanup_close int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -750,12 +750,12 @@ int agent_connect(struct agent_conn *c, const char *payload, size_t len)
                                .sin6_port = htons((uint16_t) port),
                                .sin6_addr = IN6ADDR_LOOPBACK_INIT};
     if (s < 0 || connect(s, (struct sockaddr *) &sa6, sizeof sa6) < 0) {
-      sbx_make_error(&err, saved, SBX_E_NOT_FOUND, "connect to port %llu in the sandbox",
-                     (unsigned long long) port);
+      sbx__make_error(&err, saved, SBX_E_NOT_FOUND, "connect to port %llu in the sandbox",
+                      (unsigned long long) port);
       return agent_reply_error(c, &err);
     }
   }
-  return sbx_frame_send_fd(c->fd, SBX_MSG_OK, c->req, NULL, 0, s);
+  return sbx__frame_send_fd(c->fd, SBX_MSG_OK, c->req, NULL, 0, s);
 }
 
 /* ---- execd's directory listing, name search and replace ---- */
@@ -776,10 +776,10 @@ static int info_emit(struct info_walk *iw, const char *path, const struct stat *
     return 0;
   }
   sbx_tlv_writer_t rec = {0};
-  sbx_tlv_put_str(&rec, SBX_T_PATH, path);
+  sbx__tlv_put_str(&rec, SBX_T_PATH, path);
   agent_put_stat(&rec, st);
   int r = agent_items_add(&iw->items, rec.buf.data, rec.buf.len);
-  sbx_tlv_free(&rec);
+  sbx__tlv_free(&rec);
   iw->count++;
   return r;
 }
@@ -791,14 +791,14 @@ static void info_walk_run(struct info_walk *iw, int dfd, const char *path, int m
                           int (*visit)(sbx_walker_t *, int, const sbx_walk_entry_t *, const char *))
 {
   sbx_walker_t w;
-  sbx_walker_init(&w, SBX_WALK_VISIT, 0);
+  sbx__walker_init(&w, SBX_WALK_VISIT, 0);
   w.max_depth = max_depth;
   w.visit = visit;
   w.arg = iw;
   size_t n = strlen(path);
-  sbx_walker_set_base_n(&w, path, n > 0 && path[n - 1] == '/' ? n - 1 : n);
-  sbx_walk_run(&w, dfd);
-  sbx_walker_fini(&w);
+  sbx__walker_set_base_n(&w, path, n > 0 && path[n - 1] == '/' ? n - 1 : n);
+  sbx__walk_run(&w, dfd);
+  sbx__walker_fini(&w);
 }
 
 /* readdir: children, each followed by its own children, down to depth. */
@@ -819,23 +819,23 @@ int agent_readdir(struct agent_conn *c, const char *payload, size_t len)
   cleanup_free char *path = NULL;
   int64_t depth = 1;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_i64(payload, len, SBX_T_DEPTH, 1, &depth) < 0)
+      sbx__tlv_get_i64(payload, len, SBX_T_DEPTH, 1, &depth) < 0)
     return agent_reply_error(c, &err);
   if (depth < 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "depth must be non-negative");
+    sbx__make_error(&err, 0, SBX_E_INVALID, "depth must be non-negative");
     return agent_reply_error(c, &err);
   }
   cleanup_close int dfd = agent_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0, &err);
   if (dfd < 0) {
     if (err->status == ELOOP) {
       sbx_error_release(&err);
-      sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory (a symlink): %s", path);
+      sbx__make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory (a symlink): %s", path);
     }
     return agent_reply_error(c, &err);
   }
   struct stat st;
   if (fstat(dfd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    sbx_make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
+    sbx__make_error(&err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
     return agent_reply_error(c, &err);
   }
   struct info_walk iw = {.items = {.c = c}};
@@ -859,7 +859,7 @@ static void expand_braces(const char *pat, sbx_strv_t *out, int depth)
   if (out->n >= BRACE_MAX_PATTERNS)
     return;
   if (depth >= BRACE_MAX_DEPTH || strlen(pat) > BRACE_MAX_LEN) {
-    sbx_strv_push(out, pat);
+    sbx__strv_push(out, pat);
     return;
   }
   const char *open = NULL;
@@ -874,7 +874,7 @@ static void expand_braces(const char *pat, sbx_strv_t *out, int depth)
     }
   }
   if (open == NULL) {
-    sbx_strv_push(out, pat);
+    sbx__strv_push(out, pat);
     return;
   }
   /* find the matching close brace and the top-level commas */
@@ -893,24 +893,24 @@ static void expand_braces(const char *pat, sbx_strv_t *out, int depth)
       level--;
     else if (*p == '}') {
       close = p;
-      sbx_strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
+      sbx__strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
       break;
     } else if (*p == ',' && level == 0) {
-      sbx_strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
+      sbx__strv_push_owned(&alts, xstrndup(start, (size_t) (p - start)));
       start = p + 1;
     }
   }
   if (close == NULL || alts.n < 2) {
     /* not a brace expression: keep the brace literally */
-    sbx_strv_free(&alts);
-    sbx_strv_push(out, pat);
+    sbx__strv_free(&alts);
+    sbx__strv_push(out, pat);
     return;
   }
   for (size_t i = 0; i < alts.n && out->n < BRACE_MAX_PATTERNS; i++) {
     cleanup_free char *next = xasprintf("%.*s%s%s", (int) (open - pat), pat, alts.v[i], close + 1);
     expand_braces(next, out, depth + 1);
   }
-  sbx_strv_free(&alts);
+  sbx__strv_free(&alts);
 }
 
 static bool name_matches(const sbx_strv_t *pats, const char *name)
@@ -941,7 +941,7 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
   sbx_error_t err = NULL;
   cleanup_free char *path = NULL, *pattern = NULL;
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0)
+      sbx__tlv_get_str(payload, len, SBX_T_PATTERN, &pattern) < 0)
     return agent_reply_error(c, &err);
   cleanup_close int dfd = agent_open(path, O_RDONLY | O_DIRECTORY, 0, &err);
   if (dfd < 0)
@@ -955,7 +955,7 @@ int agent_find(struct agent_conn *c, const char *payload, size_t len)
   struct info_walk iw = {.items = {.c = c}, .pats = &pats};
   info_walk_run(&iw, dfd, path, SBX_SEARCH_MAX_DEPTH + 1, find_visit);
   dfd = -1; /* the walker took it */
-  sbx_strv_free(&pats);
+  sbx__strv_free(&pats);
   return agent_items_finish(&iw.items, iw.truncated);
 }
 
@@ -967,57 +967,57 @@ int agent_replace(struct agent_conn *c, const char *payload, size_t len)
   if (get_path(payload, len, SBX_T_PATH, &path, &err) < 0 ||
       split_path(path, &dir, &base, &err) < 0)
     return agent_reply_error(c, &err);
-  if (sbx_tlv_find(payload, len, SBX_T_OLD, &old) <= 0 || old.len == 0 ||
-      sbx_tlv_find(payload, len, SBX_T_NEW, &neu) < 0) {
-    sbx_make_error(&err, 0, SBX_E_INVALID, "replace needs a non-empty old string");
+  if (sbx__tlv_find(payload, len, SBX_T_OLD, &old) <= 0 || old.len == 0 ||
+      sbx__tlv_find(payload, len, SBX_T_NEW, &neu) < 0) {
+    sbx__make_error(&err, 0, SBX_E_INVALID, "replace needs a non-empty old string");
     return agent_reply_error(c, &err);
   }
-  if (!sbx_tlv_has(payload, len, SBX_T_NEW))
+  if (!sbx__tlv_has(payload, len, SBX_T_NEW))
     neu.len = 0, neu.data = (const unsigned char *) "";
   struct stat st;
   cleanup_close int fd = open_regular(path, &err, &st);
   if (fd < 0)
     return agent_reply_error(c, &err);
   if ((uint64_t) st.st_size > SBX_READ_TEXT_MAX) {
-    sbx_make_error(&err, EFBIG, SBX_E_TOO_LARGE, "file too large to edit: %s", path);
+    sbx__make_error(&err, EFBIG, SBX_E_TOO_LARGE, "file too large to edit: %s", path);
     return agent_reply_error(c, &err);
   }
   sbx_buf_t in = {0}, out = {0};
   char buf[65536];
   ssize_t n;
   while ((n = read(fd, buf, sizeof buf)) > 0 && in.len <= SBX_READ_TEXT_MAX)
-    sbx_buf_append(&in, buf, (size_t) n);
+    sbx__buf_append(&in, buf, (size_t) n);
   uint64_t count = 0;
   const char *p = in.data ? in.data : "", *end = p + in.len;
   while (p < end) {
     const char *hit = memmem(p, (size_t) (end - p), old.data, old.len);
     if (hit == NULL)
       break;
-    sbx_buf_append(&out, p, (size_t) (hit - p));
-    sbx_buf_append(&out, neu.data, neu.len);
+    sbx__buf_append(&out, p, (size_t) (hit - p));
+    sbx__buf_append(&out, neu.data, neu.len);
     p = hit + old.len;
     count++;
   }
   int ret;
   if (count > 0) {
-    sbx_buf_append(&out, p, (size_t) (end - p));
+    sbx__buf_append(&out, p, (size_t) (end - p));
     cleanup_close int dfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, &err);
     cleanup_close int tfd = dfd < 0 ? -1 : open_temp(dfd, base, &tmp);
     if (dfd >= 0 &&
-        (tfd < 0 || sbx_write_all(tfd, out.data, out.len) < 0 || fsync(tfd) < 0 ||
+        (tfd < 0 || sbx__write_all(tfd, out.data, out.len) < 0 || fsync(tfd) < 0 ||
          fchmod(tfd, st.st_mode & 07777) < 0 || commit_temp(dfd, tfd, &tmp, base) < 0)) {
-      sbx_make_error(&err, errno, sbx_errno_kind(errno), "rewrite %s", path);
+      sbx__make_error(&err, errno, sbx__errno_kind(errno), "rewrite %s", path);
       if (tmp)
         unlinkat(dfd, tmp, 0);
     }
   }
-  sbx_buf_free(&in);
-  sbx_buf_free(&out);
+  sbx__buf_free(&in);
+  sbx__buf_free(&out);
   if (err)
     return agent_reply_error(c, &err);
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_COUNT, count);
+  sbx__tlv_put_u64(&w, SBX_T_COUNT, count);
   ret = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return ret;
 }

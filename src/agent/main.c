@@ -42,13 +42,13 @@ int main(int argc, char **argv)
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "search") == 0)
-    return sbx_agent_search_main(argc - 1, argv + 1);
+    return sbx__agent_search_main(argc - 1, argv + 1);
   if (argc == 3 && strcmp(argv[1], "launch") == 0) {
     char *end;
     long fd = strtol(argv[2], &end, 10);
     if (*end == '\0' && fd >= 0 && fd < 1024) {
       close_inherited((int) fd);
-      return sbx_launch_main((int) fd);
+      return sbx__launch_main((int) fd);
     }
   }
   usage(stderr);

@@ -14,23 +14,23 @@ static atomic_int open_ptys;
 int agent_pty_open(unsigned rows, unsigned cols, int *slave, sbx_error_t *err)
 {
   if (rows == 0 || cols == 0 || rows > SBX_PTY_MAX_DIM || cols > SBX_PTY_MAX_DIM)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
-                          SBX_PTY_MAX_DIM);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
+                           SBX_PTY_MAX_DIM);
   if (atomic_fetch_add(&open_ptys, 1) >= AGENT_MAX_PTYS) {
     atomic_fetch_sub(&open_ptys, 1);
-    return sbx_make_error(err, 0, SBX_E_BUSY, "too many terminals open in this sandbox (%d)",
-                          AGENT_MAX_PTYS);
+    return sbx__make_error(err, 0, SBX_E_BUSY, "too many terminals open in this sandbox (%d)",
+                           AGENT_MAX_PTYS);
   }
   cleanup_close int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
   char name[64];
   if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof name) != 0) {
     atomic_fetch_sub(&open_ptys, 1);
-    return sbx_make_error(err, errno, SBX_E_IO, "allocate a terminal");
+    return sbx__make_error(err, errno, SBX_E_IO, "allocate a terminal");
   }
   int s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (s < 0) {
     atomic_fetch_sub(&open_ptys, 1);
-    return sbx_make_error(err, errno, SBX_E_IO, "open the terminal %s", name);
+    return sbx__make_error(err, errno, SBX_E_IO, "open the terminal %s", name);
   }
   agent_pty_resize(m, rows, cols);
   fcntl(m, F_SETFL, O_NONBLOCK);
@@ -107,7 +107,7 @@ void agent_input_push(struct agent_input *in, const void *data, size_t len)
 {
   if (in->fd < 0)
     return; /* the command no longer reads: input is dropped */
-  sbx_buf_append(&in->buf, data, len);
+  sbx__buf_append(&in->buf, data, len);
   agent_input_flush(in);
 }
 
@@ -122,5 +122,5 @@ void agent_input_eof(struct agent_input *in)
 void agent_input_free(struct agent_input *in)
 {
   input_close(in);
-  sbx_buf_free(&in->buf);
+  sbx__buf_free(&in->buf);
 }

@@ -20,7 +20,7 @@
 static void json_str(FILE *f, const char *s)
 {
   size_t n;
-  cleanup_free char *clean = sbx_utf8_sanitize(s, strlen(s), &n);
+  cleanup_free char *clean = sbx__utf8_sanitize(s, strlen(s), &n);
   fputc('"', f);
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char) clean[i];
@@ -54,31 +54,31 @@ static bool num(const char *s, long long *out)
   return *s && *end == '\0';
 }
 
-int sbx_agent_search_main(int argc, char **argv)
+int sbx__agent_search_main(int argc, char **argv)
 {
   sbx_error_t err = NULL;
   bool truncated = false;
   long long a, b, c, d;
   if (argc == 4 && strcmp(argv[1], "ls") == 0 && num(argv[3], &a)) {
     sbx_strv_t out = {0};
-    int r = sbx_search_list_dir(argv[2], (int) a, 100000, 0, &out, &truncated, &err);
+    int r = sbx__search_list_dir(argv[2], (int) a, 100000, 0, &out, &truncated, &err);
     for (size_t i = 0; r == 0 && i < out.n; i++) {
       printf("{\"p\":");
       json_str(stdout, out.v[i]);
       printf("}\n");
     }
-    sbx_strv_free(&out);
+    sbx__strv_free(&out);
     return finish(r, truncated, &err);
   }
   if (argc == 6 && strcmp(argv[1], "glob") == 0 && num(argv[4], &a) && num(argv[5], &b)) {
     sbx_strv_t out = {0};
-    int r = sbx_search_glob(argv[2], argv[3], a != 0, (size_t) b, 0, &out, &truncated, &err);
+    int r = sbx__search_glob(argv[2], argv[3], a != 0, (size_t) b, 0, &out, &truncated, &err);
     for (size_t i = 0; r == 0 && i < out.n; i++) {
       printf("{\"p\":");
       json_str(stdout, out.v[i]);
       printf("}\n");
     }
-    sbx_strv_free(&out);
+    sbx__strv_free(&out);
     return finish(r, truncated, &err);
   }
   if (argc == 8 && strcmp(argv[1], "grep") == 0 && num(argv[5], &a) && num(argv[6], &b) &&
@@ -86,8 +86,8 @@ int sbx_agent_search_main(int argc, char **argv)
     (void) d;
     sbx_grep_matches_t m = {0};
     const char *glob = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
-    int r = sbx_search_grep(argv[2], argv[3], glob, a != 0, b != 0, (size_t) c, 0, &m, &truncated,
-                            &err);
+    int r = sbx__search_grep(argv[2], argv[3], glob, a != 0, b != 0, (size_t) c, 0, &m, &truncated,
+                             &err);
     for (size_t i = 0; r == 0 && i < m.n; i++) {
       printf("{\"p\":");
       json_str(stdout, m.v[i].path);
@@ -95,7 +95,7 @@ int sbx_agent_search_main(int argc, char **argv)
       json_str(stdout, m.v[i].line);
       printf("}\n");
     }
-    sbx_search_matches_free(&m);
+    sbx__search_matches_free(&m);
     return finish(r, truncated, &err);
   }
   fprintf(stderr, "usage: sbx-init search ls PATH DEPTH | glob PATH PATTERN DIRS MAX | "

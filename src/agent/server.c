@@ -33,9 +33,9 @@ static int hello(struct agent_conn *c, const char *payload, size_t len)
 {
   (void) payload, (void) len;
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_VERSION, SBX_PROTO_VERSION);
+  sbx__tlv_put_u64(&w, SBX_T_VERSION, SBX_PROTO_VERSION);
   int r = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return r;
 }
 
@@ -45,16 +45,16 @@ static int set_idle(struct agent_conn *c, const char *payload, size_t len)
 {
   uint64_t ms = 0;
   sbx_error_t err = NULL;
-  if (sbx_tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &ms) <= 0)
-    sbx_make_error(&err, 0, SBX_E_INVALID, "SET_IDLE needs a timeout");
+  if (sbx__tlv_get_u64(payload, len, SBX_T_TIMEOUT_MS, 0, &ms) <= 0)
+    sbx__make_error(&err, 0, SBX_E_INVALID, "SET_IDLE needs a timeout");
   else if (ms > 0 && atomic_load(&idle_timeout_ms) == 0)
-    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "this sandbox was started without idle expiry");
+    sbx__make_error(&err, 0, SBX_E_UNSUPPORTED, "this sandbox was started without idle expiry");
   if (err)
     return agent_reply_error(c, &err);
   atomic_store(&idle_timeout_ms, ms);
   sbx_tlv_writer_t w = {0};
   int r = agent_reply_ok(c, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return r;
 }
 
@@ -100,11 +100,11 @@ static int dispatch(struct agent_conn *c, uint16_t type, const char *payload, si
   while (i < sizeof handlers / sizeof handlers[0] && handlers[i].type != type)
     i++;
   bool known = i < sizeof handlers / sizeof handlers[0];
-  if (!(known && handlers[i].raw) && !sbx_tlv_valid(payload, len))
+  if (!(known && handlers[i].raw) && !sbx__tlv_valid(payload, len))
     return -1;
   if (!known) {
     sbx_error_t err = NULL;
-    sbx_make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", type);
+    sbx__make_error(&err, 0, SBX_E_UNSUPPORTED, "unknown request type %u", type);
     return agent_reply_error(c, &err);
   }
   return handlers[i].fn(c, payload, len);
@@ -116,15 +116,15 @@ static void *conn_main(void *arg)
   for (;;) {
     sbx_frame_hdr_t hdr;
     cleanup_free char *payload = NULL;
-    if (sbx_frame_recv(c.fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0)
+    if (sbx__frame_recv(c.fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0)
       break;
-    atomic_store(&last_activity_ms, sbx_now_ms());
+    atomic_store(&last_activity_ms, sbx__now_ms());
     c.req = hdr.req;
     if (dispatch(&c, hdr.type, payload, hdr.len) < 0)
       break;
   }
   close(c.fd);
-  atomic_store(&last_activity_ms, sbx_now_ms());
+  atomic_store(&last_activity_ms, sbx__now_ms());
   atomic_fetch_sub(&active_conns, 1);
   return NULL;
 }
@@ -151,7 +151,7 @@ static bool expired(const struct sbx_agent_opts *o)
   uint64_t limit = atomic_load(&idle_timeout_ms);
   if (limit == 0 || atomic_load(&active_conns) > 0)
     return false;
-  uint64_t idle = sbx_now_ms() - atomic_load(&last_activity_ms);
+  uint64_t idle = sbx__now_ms() - atomic_load(&last_activity_ms);
   if (idle <= limit)
     return false;
   if (o->lease_fd < 0)
@@ -161,7 +161,7 @@ static bool expired(const struct sbx_agent_opts *o)
   return true; /* keep the lock: we are about to exit */
 }
 
-int sbx_agent_serve(const struct sbx_agent_opts *o)
+int sbx__agent_serve(const struct sbx_agent_opts *o)
 {
   sigset_t mask;
   sigemptyset(&mask);
@@ -175,7 +175,7 @@ int sbx_agent_serve(const struct sbx_agent_opts *o)
   int ep = epoll_create1(EPOLL_CLOEXEC);
   if (sfd < 0 || ep < 0)
     return 1;
-  atomic_store(&last_activity_ms, sbx_now_ms());
+  atomic_store(&last_activity_ms, sbx__now_ms());
   atomic_store(&idle_timeout_ms, o->idle_timeout_s > 0 ? (uint64_t) o->idle_timeout_s * 1000u : 0);
   agent_files_init();
   agent_exec_init(ep, o->cmd_nofile);
@@ -208,7 +208,7 @@ int sbx_agent_serve(const struct sbx_agent_opts *o)
       if (p == &ev) {
         int fd = accept4(o->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) {
-          atomic_store(&last_activity_ms, sbx_now_ms());
+          atomic_store(&last_activity_ms, sbx__now_ms());
           spawn_conn(fd);
         }
       } else if (p == &ev_sig) {

@@ -145,7 +145,7 @@ sbx_sandbox_t *cli_acquire(struct cli *c, struct cli_scope *s, sbx_error_t *err)
 json_t *cli_json_string(const char *s, size_t len)
 {
   size_t n;
-  cleanup_free char *clean = sbx_utf8_sanitize(s, len, &n);
+  cleanup_free char *clean = sbx__utf8_sanitize(s, len, &n);
   return json_stringn(clean, n);
 }
 
@@ -166,10 +166,10 @@ char *cli_join(int argc, char **argv, int from)
   sbx_buf_t b = {0};
   for (int i = from; i < argc; i++) {
     if (i > from)
-      sbx_buf_putc(&b, ' ');
-    sbx_buf_puts(&b, argv[i]);
+      sbx__buf_putc(&b, ' ');
+    sbx__buf_puts(&b, argv[i]);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 int cli_with_sandbox(struct cli *c, struct cli_scope *s, int (*fn)(sbx_sandbox_t *, void *),

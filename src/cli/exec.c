@@ -38,7 +38,7 @@ static const char usage[] =
 static int write_stream(void *arg, int stream, const char *data, size_t len)
 {
   (void) arg;
-  return sbx_write_all(stream == 1 ? 1 : 2, data, len) < 0 ? 1 : 0;
+  return sbx__write_all(stream == 1 ? 1 : 2, data, len) < 0 ? 1 : 0;
 }
 
 int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const char *const *env,
@@ -95,7 +95,7 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
   case 'e':
     if (strchr(arg, '=') == NULL)
       return cli_usage_error(c, "-e needs KEY=VALUE, got '%s'", arg);
-    sbx_strv_push(&a->env, arg);
+    sbx__strv_push(&a->env, arg);
     return 0;
   case 2:
     a->image = arg;
@@ -150,7 +150,7 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
     } else {
       cleanup_free char *id = xstrdup(sbx_sandbox_id(sb));
       if (a.tty && getenv("TERM") && !cli_env_has(&a.env, "TERM"))
-        sbx_strv_push_owned(&a.env, xasprintf("TERM=%s", getenv("TERM")));
+        sbx__strv_push_owned(&a.env, xasprintf("TERM=%s", getenv("TERM")));
       if (a.interactive)
         r = cli_run_interactive(c, sb, command, NULL, (const char *const *) a.env.v, a.env.n,
                                 a.timeout, a.tty);
@@ -163,7 +163,7 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
       sbx_error_release(&err);
     }
   }
-  sbx_strv_free(&a.env);
+  sbx__strv_free(&a.env);
   if (configured_image) {
     free(c->cfg->image);
     c->cfg->image = configured_image;

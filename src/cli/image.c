@@ -98,13 +98,13 @@ static int image_import(struct cli *c, int argc, char **argv)
     o.limits.max_entries = c->cfg->image_layer_max_entries;
   sbx_strv_t names = {0};
   sbx_error_t err = NULL;
-  if (sbx_image_import(c->home, argv[optind], &o, &names, &err) < 0) {
-    sbx_strv_free(&names);
+  if (sbx__image_import(c->home, argv[optind], &o, &names, &err) < 0) {
+    sbx__strv_free(&names);
     return cli_fail(&err);
   }
   for (size_t i = 0; i < names.n; i++)
     printf("%s\n", names.v[i]);
-  sbx_strv_free(&names);
+  sbx__strv_free(&names);
   return 0;
 }
 
@@ -120,7 +120,7 @@ static int image_list(struct cli *c, int argc, char **argv)
   struct sbx_image_info *v;
   size_t n;
   sbx_error_t err = NULL;
-  if (sbx_image_list(c->home, &v, &n, &err) < 0)
+  if (sbx__image_list(c->home, &v, &n, &err) < 0)
     return cli_fail(&err);
   if (json) {
     json_t *a = json_array();
@@ -136,7 +136,7 @@ static int image_list(struct cli *c, int argc, char **argv)
       printf("%-32s  %-19.19s  %8.1fMB  %-20.19s  %d\n", v[i].name, v[i].digest,
              (double) v[i].size / 1e6, *v[i].created ? v[i].created : "-", v[i].in_use);
   }
-  sbx_image_info_free(v, n);
+  sbx__image_info_free(v, n);
   return r;
 }
 
@@ -151,7 +151,7 @@ static int image_rm(struct cli *c, int argc, char **argv)
     return r;
   for (int i = optind; i < argc; i++) {
     sbx_error_t err = NULL;
-    if (sbx_image_remove(c->home, argv[i], force, &err) < 0)
+    if (sbx__image_remove(c->home, argv[i], force, &err) < 0)
       r = cli_fail(&err);
     else
       printf("removed %s\n", argv[i]);
@@ -169,7 +169,7 @@ static int image_prune(struct cli *c, int argc, char **argv)
   uint64_t freed;
   int removed;
   sbx_error_t err = NULL;
-  if (sbx_image_prune(c->home, &freed, &removed, &err) < 0)
+  if (sbx__image_prune(c->home, &freed, &removed, &err) < 0)
     return cli_fail(&err);
   printf("removed %d blobs, layers and work folders, freed %.1f MB\n", removed,
          (double) freed / 1e6);

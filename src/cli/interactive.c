@@ -108,7 +108,7 @@ int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
       if (sbx_session_read(s, &ev, &err) < 0)
         break;
       if (ev.type == SBX_SESSION_OUTPUT) {
-        if (sbx_write_all(ev.stream == 2 ? 2 : 1, ev.data, ev.len) < 0)
+        if (sbx__write_all(ev.stream == 2 ? 2 : 1, ev.data, ev.len) < 0)
           break;
       } else if (ev.type == SBX_SESSION_EXIT) {
         ret = ev.timed_out ? 124 : ev.exit_code < 0 ? 128 - ev.exit_code : ev.exit_code & 0xff;

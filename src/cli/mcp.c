@@ -231,12 +231,12 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   /* an image that is not there is a usage error now, not a failure at the first tool call */
   if (a.image && strcmp(a.image, "host") != 0) {
     struct sbx_image_rootfs img;
-    if (sbx_image_resolve(c->home, a.image, &img, &err) < 0) {
+    if (sbx__image_resolve(c->home, a.image, &img, &err) < 0) {
       r = cli_usage_error(c, "--image: %s", err->msg);
       sbx_error_release(&err);
       return r;
     }
-    sbx_image_rootfs_free(&img);
+    sbx__image_rootfs_free(&img);
   }
   /* for this process's sandboxes only (the spares refilled after it are the configured
    * image's); set before any thread starts, so no lock is needed */

@@ -43,7 +43,7 @@ int cmd_ps(struct cli *c, int argc, char **argv)
   sbx_error_t err = NULL;
   if (sbx_list(c->provider, &v, &n, &err) < 0)
     return cli_fail(&err);
-  double now = sbx_realtime_sec();
+  double now = sbx__realtime_sec();
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -76,12 +76,12 @@ int cmd_ps(struct cli *c, int argc, char **argv)
         snprintf(mem, sizeof mem, "%.1fMiB", (double) v[i].memory / 1048576.0);
       sbx_buf_t owners = {0};
       for (size_t k = 0; k < v[i].n_owners; k++)
-        sbx_buf_printf(&owners, "%s%ld", k ? "," : "", v[i].owners[k]);
+        sbx__buf_printf(&owners, "%s%ld", k ? "," : "", v[i].owners[k]);
       printf("%-16s  %-12s  %-16s  %-6s  %-8ld  %-20s  %-20s  %7.0fs  %9s  %s\n", v[i].id,
              v[i].user ? v[i].user : "-", v[i].thread ? v[i].thread : "-",
              v[i].paused ? "paused" : sbx_state_name(v[i].state), v[i].pid, created, used,
              now - v[i].last_used, mem, owners.len ? owners.data : "-");
-      sbx_buf_free(&owners);
+      sbx__buf_free(&owners);
     }
     int spares = sbx_spares_ready(c->provider);
     if (spares > 0 || c->cfg->spares > 0)

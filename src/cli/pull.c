@@ -184,10 +184,10 @@ static int pull_opt(struct cli *c, int ch, const char *arg, void *ctx)
     a->password_stdin = true;
     return 0;
   case 'M':
-    sbx_strv_push(&a->mirrors, arg);
+    sbx__strv_push(&a->mirrors, arg);
     return 0;
   case 'I':
-    sbx_strv_push(&a->insecure, arg);
+    sbx__strv_push(&a->insecure, arg);
     return 0;
   case 's':
     if (!cli_parse_long(arg, &v) || v <= 0)
@@ -208,11 +208,11 @@ static char *read_password(void)
   char buf[256];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, stdin)) > 0 && b.len < 4096)
-    sbx_buf_append(&b, buf, n);
+    sbx__buf_append(&b, buf, n);
   explicit_bzero(buf, sizeof buf);
   while (b.len > 0 && (b.data[b.len - 1] == '\n' || b.data[b.len - 1] == '\r'))
     b.data[--b.len] = '\0';
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 int cmd_pull(struct cli *c, int argc, char **argv)
@@ -232,7 +232,7 @@ int cmd_pull(struct cli *c, int argc, char **argv)
   char *password = NULL;
   if (r == 0) {
     struct sbx_pull_opts conf = {0};
-    sbx_pull_opts_from_config(c->cfg, &conf);
+    sbx__pull_opts_from_config(c->cfg, &conf);
     a->o.registries = conf.registries;
     a->o.n_registries = conf.n_registries;
     if (a->o.limits.max_bytes == 0)
@@ -241,7 +241,7 @@ int cmd_pull(struct cli *c, int argc, char **argv)
       a->o.limits.max_entries = conf.limits.max_entries;
     bool given = a->mirrors.n > 0; /* --mirror replaces the configured ones */
     for (size_t i = 0; !given && i < conf.n_mirrors; i++)
-      sbx_strv_push(&a->mirrors, conf.mirrors[i]);
+      sbx__strv_push(&a->mirrors, conf.mirrors[i]);
     if (a->user) {
       password = read_password();
       a->o.username = a->user;
@@ -256,7 +256,7 @@ int cmd_pull(struct cli *c, int argc, char **argv)
     a->o.progress_ctx = &a->pg;
     char *name = NULL;
     sbx_error_t err = NULL;
-    if (sbx_image_pull(c->home, argv[optind], &a->o, &name, &err) < 0)
+    if (sbx__image_pull(c->home, argv[optind], &a->o, &name, &err) < 0)
       r = cli_fail(&err);
     else
       printf("%s\n", name);
@@ -266,8 +266,8 @@ int cmd_pull(struct cli *c, int argc, char **argv)
     explicit_bzero(password, strlen(password));
     free(password);
   }
-  sbx_strv_free(&a->mirrors);
-  sbx_strv_free(&a->insecure);
+  sbx__strv_free(&a->mirrors);
+  sbx__strv_free(&a->insecure);
   free(a);
   return r == CLI_DONE ? 0 : r;
 }

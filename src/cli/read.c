@@ -33,7 +33,7 @@ static int run(sbx_sandbox_t *sb, void *arg)
   sbx_error_t err = NULL;
   if (sbx_read_file(sb, a->path, a->start, a->end, &text, &len, &err) < 0)
     return cli_fail(&err);
-  return sbx_write_all(1, text, len) < 0 ? EXIT_OP_ERROR : 0;
+  return sbx__write_all(1, text, len) < 0 ? EXIT_OP_ERROR : 0;
 }
 
 int cmd_read(struct cli *c, int argc, char **argv)

@@ -28,7 +28,7 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
   (void) ch;
   if (strchr(arg, '=') == NULL)
     return cli_usage_error(c, "-e needs KEY=VALUE, got '%s'", arg);
-  sbx_strv_push(&a->env, arg);
+  sbx__strv_push(&a->env, arg);
   return 0;
 }
 
@@ -42,16 +42,16 @@ static int run_shell(sbx_sandbox_t *sb, void *arg)
   struct shell_run *r = arg;
   sbx_strv_t env = {0};
   for (size_t i = 0; i < r->a->env.n; i++)
-    sbx_strv_push(&env, r->a->env.v[i]);
+    sbx__strv_push(&env, r->a->env.v[i]);
   const char *term = getenv("TERM");
   bool tty = isatty(0);
   if (tty && term && term[0])
-    sbx_strv_push_owned(&env, xasprintf("TERM=%s", term));
+    sbx__strv_push_owned(&env, xasprintf("TERM=%s", term));
   static const char *const argv[] = {
       "/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l",
       NULL};
   int ret = cli_run_interactive(r->c, sb, NULL, argv, (const char *const *) env.v, env.n, 0, tty);
-  sbx_strv_free(&env);
+  sbx__strv_free(&env);
   return ret;
 }
 
@@ -65,6 +65,6 @@ int cmd_shell(struct cli *c, int argc, char **argv)
     struct shell_run run = {c, &a};
     r = cli_with_sandbox(c, &s, run_shell, &run);
   }
-  sbx_strv_free(&a.env);
+  sbx__strv_free(&a.env);
   return r == CLI_DONE ? 0 : r;
 }

@@ -6,7 +6,7 @@
 
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *sbx_base64_encode(const void *data, size_t n)
+char *sbx__base64_encode(const void *data, size_t n)
 {
   const unsigned char *d = data;
   char *out = xmalloc(((n + 2) / 3) * 4 + 1);
@@ -26,7 +26,7 @@ char *sbx_base64_encode(const void *data, size_t n)
   return out;
 }
 
-unsigned char *sbx_base64_decode(const char *s, size_t n, size_t *len)
+unsigned char *sbx__base64_decode(const char *s, size_t n, size_t *len)
 {
   unsigned char *out = xmalloc(n / 4 * 3 + 4);
   size_t o = 0;

@@ -40,7 +40,7 @@ void sbx_error_release(sbx_error_t *err)
   *err = NULL;
 }
 
-int sbx_errno_kind(int status)
+int sbx__errno_kind(int status)
 {
   switch (status) {
   case ENOENT:
@@ -81,7 +81,7 @@ int sbx_errno_kind(int status)
   }
 }
 
-int sbx_error_set(sbx_error_t *err, int status, int kind, const char *msg)
+int sbx__error_set(sbx_error_t *err, int status, int kind, const char *msg)
 {
   if (err == NULL || *err != NULL)
     return -1;
@@ -93,16 +93,16 @@ int sbx_error_set(sbx_error_t *err, int status, int kind, const char *msg)
   return -1;
 }
 
-int sbx_error_setf(sbx_error_t *err, int status, int kind, const char *fmt, ...)
+int sbx__error_setf(sbx_error_t *err, int status, int kind, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
   cleanup_free char *msg = xvasprintf(fmt, ap);
   va_end(ap);
-  return sbx_error_set(err, status, kind, msg);
+  return sbx__error_set(err, status, kind, msg);
 }
 
-int sbx_make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)
+int sbx__make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)
 {
   if (err == NULL || *err != NULL)
     return -1;
@@ -112,12 +112,12 @@ int sbx_make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)
   va_end(ap);
   if (status > 0) {
     cleanup_free char *full = xasprintf("%s: %s", msg, strerror(status));
-    return sbx_error_set(err, status, kind, full);
+    return sbx__error_set(err, status, kind, full);
   }
-  return sbx_error_set(err, status, kind, msg);
+  return sbx__error_set(err, status, kind, msg);
 }
 
-int sbx_error_wrap(sbx_error_t *err, const char *fmt, ...)
+int sbx__error_wrap(sbx_error_t *err, const char *fmt, ...)
 {
   if (err == NULL || *err == NULL)
     return -1;

@@ -6,17 +6,17 @@
 
 /* Sets *err (if err is non-NULL and *err is NULL) and returns -1. status is an errno value or
  * 0; when non-zero its strerror text is appended after ": ". */
-int sbx_make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)
+int sbx__make_error(sbx_error_t *err, int status, int kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Prefixes the existing message: "outer: inner". Returns -1. */
-int sbx_error_wrap(sbx_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sbx__error_wrap(sbx_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Builds an error from parts received over the wire (no strerror appended). */
-int sbx_error_set(sbx_error_t *err, int status, int kind, const char *msg);
-/* Like sbx_make_error but keeps the message exact (no strerror text appended) while still
+int sbx__error_set(sbx_error_t *err, int status, int kind, const char *msg);
+/* Like sbx__make_error but keeps the message exact (no strerror text appended) while still
  * recording the errno value in status. Returns -1. */
-int sbx_error_setf(sbx_error_t *err, int status, int kind, const char *fmt, ...)
+int sbx__error_setf(sbx_error_t *err, int status, int kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Maps an errno value to the closest kind. */
-int sbx_errno_kind(int status);
+int sbx__errno_kind(int status);
 
 #endif

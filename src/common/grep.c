@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-char *sbx_grep_summarize_line(const char *line, size_t len)
+char *sbx__grep_summarize_line(const char *line, size_t len)
 {
   if (line == NULL)
     len = 0;
@@ -26,18 +26,18 @@ char *sbx_grep_summarize_line(const char *line, size_t len)
   size_t i = 0;
   while (i < len) {
     uint32_t cp = s[i];
-    size_t l = s[i] < 0x80 ? 1 : sbx_utf8_next(s + i, len - i, &cp);
+    size_t l = s[i] < 0x80 ? 1 : sbx__utf8_next(s + i, len - i, &cp);
     bool ok = cp != SBX_UTF8_BAD;
     count++;
     if (count > SBX_SEARCH_MAX_LINE_CHARS) {
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       return NULL;
     }
     if (count <= SBX_SEARCH_SUMMARY_CHARS) {
       if (ok)
-        sbx_buf_append(&b, line + i, l);
+        sbx__buf_append(&b, line + i, l);
       else
-        sbx_buf_append(&b, "\xEF\xBF\xBD", 3);
+        sbx__buf_append(&b, "\xEF\xBF\xBD", 3);
       if (count == SBX_SEARCH_SUMMARY_CHARS - 3)
         cut = b.len;
     }
@@ -45,13 +45,13 @@ char *sbx_grep_summarize_line(const char *line, size_t len)
   }
   if (count > SBX_SEARCH_SUMMARY_CHARS) {
     b.len = cut;
-    sbx_buf_append(&b, "...", 3);
+    sbx__buf_append(&b, "...", 3);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
-void sbx_search_matches_push(sbx_grep_matches_t *m, const char *path, uint64_t line_number,
-                             const char *line, size_t len)
+void sbx__search_matches_push(sbx_grep_matches_t *m, const char *path, uint64_t line_number,
+                              const char *line, size_t len)
 {
   if (m->n + 1 > m->cap) {
     m->cap = m->cap ? m->cap * 2 : 16;
@@ -63,7 +63,7 @@ void sbx_search_matches_push(sbx_grep_matches_t *m, const char *path, uint64_t l
   e->line = xstrndup(line ? line : "", line ? len : 0);
 }
 
-void sbx_search_matches_free(sbx_grep_matches_t *m)
+void sbx__search_matches_free(sbx_grep_matches_t *m)
 {
   for (size_t i = 0; i < m->n; i++) {
     free(m->v[i].path);
@@ -94,15 +94,15 @@ typedef struct {
 static void grep_emit(sbx_walker_t *w, const char *path, uint64_t line_no, const char *line,
                       size_t len)
 {
-  cleanup_free char *summary = sbx_grep_summarize_line(line, len);
+  cleanup_free char *summary = sbx__grep_summarize_line(line, len);
   if (summary == NULL)
     return; /* over 2000 code points */
   if (w->worker_fd >= 0) {
     worker_rec_t r = {line_no, (uint64_t) (line - w->worker_buf), len};
-    if (sbx_write_all(w->worker_fd, &r, sizeof r) < 0)
+    if (sbx__write_all(w->worker_fd, &r, sizeof r) < 0)
       _exit(1);
   } else {
-    sbx_search_matches_push(w->out_matches, path, line_no, summary, strlen(summary));
+    sbx__search_matches_push(w->out_matches, path, line_no, summary, strlen(summary));
   }
   if (++w->found >= w->limit)
     w->stop = true;
@@ -138,19 +138,19 @@ static size_t first_matching_line(sbx_walker_t *w, const char *buf, size_t from,
 {
   if (memchr(buf + from, '\n', to - from) == NULL)
     return from; /* one line, and it matches */
-  if (sbx_walk_deadline_passed(w))
+  if (sbx__walk_deadline_passed(w))
     return SIZE_MAX;
   size_t half = from + (to - from) / 2;
   const char *mid = memchr(buf + half, '\n', to - half);
   if (mid == NULL)
     mid = memrchr(buf + from, '\n', half - from);
   size_t m = (size_t) (mid - buf);
-  if (sbx_grep_regex_run(w->gp, ascii, buf, from, m)) {
+  if (sbx__grep_regex_run(w->gp, ascii, buf, from, m)) {
     size_t r = first_matching_line(w, buf, from, m, ascii);
     if (r != SIZE_MAX || w->stop)
       return r;
   }
-  if (sbx_grep_regex_run(w->gp, ascii, buf, m + 1, to))
+  if (sbx__grep_regex_run(w->gp, ascii, buf, m + 1, to))
     return first_matching_line(w, buf, m + 1, to, ascii);
   return SIZE_MAX;
 }
@@ -169,13 +169,13 @@ static void grep_buffer_fast(sbx_walker_t *w, const char *path, const char *buf,
 {
   sbx_grep_pattern_t *p = w->gp;
   const sbx_needle_t *nd =
-      p->kind == SBX_GREP_PK_LITERAL ? &p->lit : sbx_grep_pattern_must(p, ascii);
+      p->kind == SBX_GREP_PK_LITERAL ? &p->lit : sbx__grep_pattern_must(p, ascii);
   size_t from = 0, counted = 0, span = GREP_SPAN_MIN;
   uint64_t line_no = 1;
   while (from < len && !w->stop) {
     size_t ls;
     if (nd) {
-      ssize_t hit = sbx_needle_find(nd, buf + from, len - from);
+      ssize_t hit = sbx__needle_find(nd, buf + from, len - from);
       if (hit < 0)
         return;
       size_t pos = from + (size_t) hit;
@@ -183,7 +183,7 @@ static void grep_buffer_fast(sbx_walker_t *w, const char *path, const char *buf,
       ls = nl ? (size_t) (nl - buf) + 1 : from;
     } else {
       size_t to = lines_range_end(buf, len, from, span);
-      ls = sbx_grep_regex_run(p, ascii, buf, from, to)
+      ls = sbx__grep_regex_run(p, ascii, buf, from, to)
                ? first_matching_line(w, buf, from, to, ascii)
                : SIZE_MAX;
       if (ls == SIZE_MAX) {
@@ -191,7 +191,7 @@ static void grep_buffer_fast(sbx_walker_t *w, const char *path, const char *buf,
           return;
         from = to + 1;
         span = span < GREP_SPAN_MAX ? span * 2 : span;
-        if (sbx_walk_deadline_passed(w))
+        if (sbx__walk_deadline_passed(w))
           return;
         continue;
       }
@@ -202,13 +202,13 @@ static void grep_buffer_fast(sbx_walker_t *w, const char *path, const char *buf,
     const char *end = memchr(buf + ls, '\n', len - ls);
     size_t le = end ? (size_t) (end - buf) : len;
     /* a candidate of a needle: run the regex on the line (the halving found a matching one) */
-    bool ok = p->kind == SBX_GREP_PK_LITERAL || !nd || sbx_grep_regex_run(p, ascii, buf, ls, le);
+    bool ok = p->kind == SBX_GREP_PK_LITERAL || !nd || sbx__grep_regex_run(p, ascii, buf, ls, le);
     line_no += count_newlines(buf + counted, ls - counted);
     counted = ls;
     if (ok)
       grep_emit(w, path, line_no, buf + ls, le - ls); /* skips lines over 2000 code points */
     from = le + 1;
-    if ((++w->ops & 1023) == 0 && sbx_walk_deadline_passed(w))
+    if ((++w->ops & 1023) == 0 && sbx__walk_deadline_passed(w))
       return;
   }
 }
@@ -225,13 +225,13 @@ static void grep_buffer_lines(sbx_walker_t *w, const char *path, const char *buf
     size_t n = le - pos;
     line_no++;
     pos = le + 1;
-    if ((line_no & 255) == 0 && sbx_walk_deadline_passed(w))
+    if ((line_no & 255) == 0 && sbx__walk_deadline_passed(w))
       return;
     size_t stripped = n > 0 && line[n - 1] == '\r' ? n - 1 : n;
     if (stripped > SBX_SEARCH_MAX_LINE_CHARS &&
-        sbx_utf8_count_lossy(line, stripped) > SBX_SEARCH_MAX_LINE_CHARS)
+        sbx__utf8_count_lossy(line, stripped) > SBX_SEARCH_MAX_LINE_CHARS)
       continue;
-    if (sbx_grep_pattern_match(w->gp, line, n))
+    if (sbx__grep_pattern_match(w->gp, line, n))
       grep_emit(w, path, line_no, line, n);
   }
 }
@@ -253,8 +253,8 @@ static void grep_buffer(sbx_walker_t *w, const char *path, const char *buf, size
 static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, size_t len, int cls)
 {
   const sbx_needle_t *nd =
-      cls == SBX_TEXT_INVALID ? NULL : sbx_grep_pattern_must(w->gp, cls == SBX_TEXT_ASCII);
-  if (nd && sbx_needle_find(nd, buf, len) < 0)
+      cls == SBX_TEXT_INVALID ? NULL : sbx__grep_pattern_must(w->gp, cls == SBX_TEXT_ASCII);
+  if (nd && sbx__needle_find(nd, buf, len) < 0)
     return; /* no candidate (the needle is matched as in grep_buffer_fast) */
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -277,7 +277,7 @@ static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, s
     w->cancel_fd = -1;
     grep_buffer(w, path, buf, len, cls);
     worker_rec_t fin = {WORKER_DONE, 0, 0};
-    if (sbx_write_all(sv[1], &fin, sizeof fin) < 0)
+    if (sbx__write_all(sv[1], &fin, sizeof fin) < 0)
       _exit(1);
     for (;;)
       pause(); /* killed by the walker: nothing of the search's state to tear down */
@@ -286,12 +286,12 @@ static void grep_in_worker(sbx_walker_t *w, const char *path, const char *buf, s
   worker_rec_t rec;
   size_t got = 0;
   bool done = false;
-  while (!w->stop && !sbx_walk_deadline_passed(w)) {
+  while (!w->stop && !sbx__walk_deadline_passed(w)) {
     int wait_ms = -1;
     if (w->cancel_fd >= 0)
       wait_ms = SBX_WALK_POLL_MS;
     if (w->deadline_ms) {
-      uint64_t now = sbx_now_ms(), left = w->deadline_ms > now ? w->deadline_ms - now : 0;
+      uint64_t now = sbx__now_ms(), left = w->deadline_ms > now ? w->deadline_ms - now : 0;
       if (wait_ms < 0 || left < (uint64_t) wait_ms)
         wait_ms = (int) (left < INT_MAX ? left : INT_MAX);
     }
@@ -373,7 +373,7 @@ static void grep_fd(sbx_walker_t *w, int fd, const char *path)
   buf[len] = '\0';
   if (memchr(buf, '\0', len < SBX_SEARCH_BINARY_PROBE ? len : SBX_SEARCH_BINARY_PROBE))
     return;
-  int cls = sbx_text_class(buf, len);
+  int cls = sbx__text_class(buf, len);
   if (w->gp->backrefs)
     grep_in_worker(w, path, buf, len, cls);
   else
@@ -384,62 +384,62 @@ static void grep_file_at(sbx_walker_t *w, int dir_fd, const char *name, const ch
 {
   int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    if (sbx_walk_resource_errno(errno))
+    if (sbx__walk_resource_errno(errno))
       w->incomplete = true;
     return;
   }
   grep_fd(w, fd, path);
 }
 
-int sbx_search_grep(const char *root, const char *pattern, const char *glob, bool literal,
-                    bool case_sensitive, size_t max_results, uint64_t deadline_ms,
-                    sbx_grep_matches_t *out, bool *truncated, sbx_error_t *err)
+int sbx__search_grep(const char *root, const char *pattern, const char *glob, bool literal,
+                     bool case_sensitive, size_t max_results, uint64_t deadline_ms,
+                     sbx_grep_matches_t *out, bool *truncated, sbx_error_t *err)
 {
   if (truncated)
     *truncated = false;
-  sbx_grep_pattern_t *gp = sbx_grep_pattern_new(pattern, literal, case_sensitive, err);
+  sbx_grep_pattern_t *gp = sbx__grep_pattern_new(pattern, literal, case_sensitive, err);
   if (gp == NULL)
     return -1;
   if (root == NULL || root[0] == '\0') {
-    sbx_grep_pattern_free(gp);
-    return sbx_error_setf(err, ENOENT, SBX_E_NOT_FOUND, "path not found: %s", root ? root : "");
+    sbx__grep_pattern_free(gp);
+    return sbx__error_setf(err, ENOENT, SBX_E_NOT_FOUND, "path not found: %s", root ? root : "");
   }
-  int fd = sbx_search_open_root(root, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int fd = sbx__search_open_root(root, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
-    sbx_grep_pattern_free(gp);
+    sbx__grep_pattern_free(gp);
     if (e == ENOENT || e == ENOTDIR)
-      return sbx_error_setf(err, e, SBX_E_NOT_FOUND, "path not found: %s", root);
-    return sbx_make_error(err, e, sbx_errno_kind(e), "cannot open %s", root);
+      return sbx__error_setf(err, e, SBX_E_NOT_FOUND, "path not found: %s", root);
+    return sbx__make_error(err, e, sbx__errno_kind(e), "cannot open %s", root);
   }
   struct stat st;
   if (fstat(fd, &st) < 0) {
     int e = errno;
     close(fd);
-    sbx_grep_pattern_free(gp);
-    return sbx_make_error(err, e, sbx_errno_kind(e), "cannot stat %s", root);
+    sbx__grep_pattern_free(gp);
+    return sbx__make_error(err, e, sbx__errno_kind(e), "cannot stat %s", root);
   }
   /* An empty glob filters nothing (DeerFlow: `if glob and not path_matches(...)`). */
   bool filter = glob != NULL && glob[0] != '\0';
   sbx_pathpat_t pp;
-  sbx_pathpat_init(&pp, filter ? glob : NULL);
+  sbx__pathpat_init(&pp, filter ? glob : NULL);
   sbx_walker_t w;
-  sbx_walker_init(&w, SBX_WALK_GREP, deadline_ms);
+  sbx__walker_init(&w, SBX_WALK_GREP, deadline_ms);
   w.pat = filter ? &pp : NULL;
   w.gp = gp;
   w.grep_file = grep_file_at;
-  w.limit = sbx_walk_limit_plus_one(max_results);
+  w.limit = sbx__walk_limit_plus_one(max_results);
   w.out_matches = out;
   if (S_ISDIR(st.st_mode)) {
     if (!(filter && pp.never)) {
-      sbx_walker_set_base(&w, root);
-      sbx_walk_run(&w, fd);
+      sbx__walker_set_base(&w, root);
+      sbx__walk_run(&w, fd);
       fd = -1;
     }
   } else if (S_ISREG(st.st_mode)) {
     const char *base = strrchr(root, '/');
     base = base ? base + 1 : root;
-    if (!filter || sbx_path_matches(glob, base)) {
+    if (!filter || sbx__path_matches(glob, base)) {
       grep_fd(&w, fd, root);
       fd = -1;
     }
@@ -454,9 +454,9 @@ int sbx_search_grep(const char *root, const char *pattern, const char *glob, boo
       w.found--;
     }
   }
-  sbx_walker_fini(&w);
-  sbx_pathpat_fini(&pp);
-  sbx_grep_pattern_free(gp);
+  sbx__walker_fini(&w);
+  sbx__pathpat_fini(&pp);
+  sbx__grep_pattern_free(gp);
   if (truncated)
     *truncated = t;
   return 0;

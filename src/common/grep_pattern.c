@@ -72,7 +72,7 @@ static const char *next_byte(const char *q, const char *end, unsigned char c)
 }
 
 /* Offset of the first occurrence in hay[0..n), or -1. */
-ssize_t sbx_needle_find(const sbx_needle_t *nd, const char *hay, size_t n)
+ssize_t sbx__needle_find(const sbx_needle_t *nd, const char *hay, size_t n)
 {
   size_t m = nd->n, k = nd->rare;
   if (m == 0)
@@ -130,7 +130,7 @@ static void must_commit(sbx_buf_t *cur, size_t *last, sbx_buf_t *best)
 {
   if (cur->len > best->len) {
     best->len = 0;
-    sbx_buf_append(best, cur->data, cur->len);
+    sbx__buf_append(best, cur->data, cur->len);
   }
   cur->len = 0;
   *last = 0;
@@ -212,19 +212,19 @@ static size_t ere_required_literal(const char *pat, bool icase, sbx_buf_t *best)
         break;
       }
       last = cur.len;
-      sbx_buf_putc(&cur, (char) n);
+      sbx__buf_putc(&cur, (char) n);
       s += 2;
       break;
     }
     default: {
       uint32_t cp = c;
-      size_t l = c < 0x80 ? 1 : sbx_utf8_next(s, 4, &cp); /* (a NUL ends any sequence) */
+      size_t l = c < 0x80 ? 1 : sbx__utf8_next(s, 4, &cp); /* (a NUL ends any sequence) */
       bool valid = cp != SBX_UTF8_BAD;
       if (c >= 0x80 && (icase || !valid)) {
         must_commit(&cur, &last, best);
       } else {
         last = cur.len;
-        sbx_buf_append(&cur, s, l);
+        sbx__buf_append(&cur, s, l);
       }
       s += l;
       break;
@@ -235,7 +235,7 @@ static size_t ere_required_literal(const char *pat, bool icase, sbx_buf_t *best)
     must_commit(&cur, &last, best);
   else
     best->len = 0;
-  sbx_buf_free(&cur);
+  sbx__buf_free(&cur);
   return best->len;
 }
 
@@ -413,10 +413,10 @@ static char *ere_escape(const char *s)
   sbx_buf_t b = {0};
   for (; *s; s++) {
     if (strchr("\\.[]()*+?{}|^$", *s))
-      sbx_buf_putc(&b, '\\');
-    sbx_buf_putc(&b, *s);
+      sbx__buf_putc(&b, '\\');
+    sbx__buf_putc(&b, *s);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 static int regex_compile(sbx_grep_pattern_t *p, const char *re, bool case_sensitive, char *errbuf,
@@ -425,13 +425,13 @@ static int regex_compile(sbx_grep_pattern_t *p, const char *re, bool case_sensit
   /* REG_NOSUB: only "does it match" is ever asked. Without it glibc tracks every group through
    * its DFA: (.*)(.*)(.*)(.*)(.*)y takes 7 s on an 8000-byte line, and 0 with it. */
   int flags = REG_EXTENDED | REG_NEWLINE | REG_NOSUB | (case_sensitive ? 0 : REG_ICASE);
-  p->loc = sbx_locale_utf8();
+  p->loc = sbx__locale_utf8();
   locale_t old = uselocale(p->loc);
   int rc = regcomp(&p->re, re, flags);
   if (rc != 0 && errbuf)
     regerror(rc, &p->re, errbuf, errlen);
-  if (rc == 0 && sbx_locale_utf8() != sbx_locale_c() && sbx_str_ascii(re)) {
-    uselocale(sbx_locale_c());
+  if (rc == 0 && sbx__locale_utf8() != sbx__locale_c() && sbx__str_ascii(re)) {
+    uselocale(sbx__locale_c());
     p->has_re_c = regcomp(&p->re_c, re, flags) == 0;
   }
   uselocale(old);
@@ -465,12 +465,12 @@ static int regex_compile(sbx_grep_pattern_t *p, const char *re, bool case_sensit
       }
     }
   }
-  sbx_buf_free(&must);
+  sbx__buf_free(&must);
   return 0;
 }
 
-sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool case_sensitive,
-                                         sbx_error_t *err)
+sbx_grep_pattern_t *sbx__grep_pattern_new(const char *pattern, bool literal, bool case_sensitive,
+                                          sbx_error_t *err)
 {
   if (pattern == NULL)
     pattern = "";
@@ -478,7 +478,7 @@ sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool
   p->line_by_line = strchr(pattern, '\n') != NULL ||
                     (!literal && (strstr(pattern, "\\`") || strstr(pattern, "\\'")));
   if (literal) {
-    if (!case_sensitive && !sbx_str_ascii(pattern)) {
+    if (!case_sensitive && !sbx__str_ascii(pattern)) {
       /* REG_ICASE folds non-ASCII letters too; a pattern the UTF-8 locale cannot take (invalid
        * UTF-8) falls back to ASCII-only folding on bytes. */
       cleanup_free char *esc = ere_escape(pattern);
@@ -492,7 +492,7 @@ sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool
   cleanup_free char *prepared = ere_prepare(pattern);
   if (prepared == NULL) {
     free(p);
-    sbx_error_setf(
+    sbx__error_setf(
         err, 0, SBX_E_INVALID,
         "invalid regular expression '%s': too complex (repetitions expand past %d copies "
         "or groups nest deeper than %d)",
@@ -503,14 +503,14 @@ sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool
   int rc = regex_compile(p, prepared, case_sensitive, msg, sizeof msg);
   if (rc != 0) {
     free(p);
-    sbx_error_setf(err, 0, SBX_E_INVALID, "invalid regular expression '%s': %s", pattern, msg);
+    sbx__error_setf(err, 0, SBX_E_INVALID, "invalid regular expression '%s': %s", pattern, msg);
     return NULL;
   }
   p->backrefs = ere_has_backrefs(prepared);
   return p;
 }
 
-void sbx_grep_pattern_free(sbx_grep_pattern_t *p)
+void sbx__grep_pattern_free(sbx_grep_pattern_t *p)
 {
   if (p == NULL)
     return;
@@ -521,24 +521,24 @@ void sbx_grep_pattern_free(sbx_grep_pattern_t *p)
   needle_fini(&p->lit);
   needle_fini(&p->must);
   needle_fini(&p->must_safe);
-  sbx_buf_free(&p->scratch);
+  sbx__buf_free(&p->scratch);
   free(p);
 }
 
 /* True if the regex matches in s[from..to) (s[to] readable; the bytes before from give ^ and
  * word context, to is the end of the string for $). ascii: the text is pure ASCII. */
-bool sbx_grep_regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to)
+bool sbx__grep_regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to)
 {
   regmatch_t pm[1] = {{.rm_so = (regoff_t) from, .rm_eo = (regoff_t) to}};
   bool use_c = ascii && p->has_re_c;
-  locale_t old = uselocale(use_c ? sbx_locale_c() : p->loc);
+  locale_t old = uselocale(use_c ? sbx__locale_c() : p->loc);
   int rc = regexec(use_c ? &p->re_c : &p->re, s, 1, pm, REG_STARTEND);
   uselocale(old);
   return rc == 0;
 }
 
 /* The prefilter that applies to text of this class, or NULL. */
-const sbx_needle_t *sbx_grep_pattern_must(const sbx_grep_pattern_t *p, bool ascii)
+const sbx_needle_t *sbx__grep_pattern_must(const sbx_grep_pattern_t *p, bool ascii)
 {
   if (ascii)
     return p->has_must ? &p->must : NULL;
@@ -549,15 +549,15 @@ const sbx_needle_t *sbx_grep_pattern_must(const sbx_grep_pattern_t *p, bool asci
 static bool pattern_match_clean(sbx_grep_pattern_t *p, const char *line, size_t len, bool ascii)
 {
   if (p->kind == SBX_GREP_PK_LITERAL)
-    return sbx_needle_find(&p->lit, line, len) >= 0;
-  const sbx_needle_t *must = sbx_grep_pattern_must(p, ascii);
-  if (must && sbx_needle_find(must, line, len) < 0)
+    return sbx__needle_find(&p->lit, line, len) >= 0;
+  const sbx_needle_t *must = sbx__grep_pattern_must(p, ascii);
+  if (must && sbx__needle_find(must, line, len) < 0)
     return false;
   if (line != p->scratch.data) {
     p->scratch.len = 0;
-    sbx_buf_append(&p->scratch, line, len);
+    sbx__buf_append(&p->scratch, line, len);
   }
-  return sbx_grep_regex_run(p, ascii, p->scratch.data, 0, len);
+  return sbx__grep_regex_run(p, ascii, p->scratch.data, 0, len);
 }
 
 /* line: one line without its '\n'. A trailing '\r' is ignored and ill-formed UTF-8 reads as
@@ -566,16 +566,16 @@ static bool pattern_match_line(sbx_grep_pattern_t *p, const char *line, size_t l
 {
   if (len > 0 && line[len - 1] == '\r')
     len--;
-  int cls = sbx_text_class(line, len);
+  int cls = sbx__text_class(line, len);
   if (cls == SBX_TEXT_INVALID) {
     p->scratch.len = 0;
-    sbx_buf_put_utf8_lossy(&p->scratch, line, len);
+    sbx__buf_put_utf8_lossy(&p->scratch, line, len);
     return pattern_match_clean(p, p->scratch.data, p->scratch.len, false);
   }
   return pattern_match_clean(p, line, len, cls == SBX_TEXT_ASCII);
 }
 
-bool sbx_grep_pattern_match(sbx_grep_pattern_t *p, const char *line, size_t len)
+bool sbx__grep_pattern_match(sbx_grep_pattern_t *p, const char *line, size_t len)
 {
   if (p == NULL)
     return false;

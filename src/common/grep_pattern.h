@@ -23,13 +23,13 @@
  * SBX_E_INVALID: "invalid regular expression '<pattern>': <regerror text>". A literal never
  * fails. A pattern object keeps a scratch buffer: use one per thread. */
 typedef struct sbx_grep_pattern_s sbx_grep_pattern_t;
-sbx_grep_pattern_t *sbx_grep_pattern_new(const char *pattern, bool literal, bool case_sensitive,
-                                         sbx_error_t *err);
+sbx_grep_pattern_t *sbx__grep_pattern_new(const char *pattern, bool literal, bool case_sensitive,
+                                          sbx_error_t *err);
 /* line: one line without its '\n' (need not be NUL-terminated; may hold NULs). A trailing '\r'
  * is not part of the line and ill-formed UTF-8 reads as U+FFFD, as in the lines grep reports, so
  * "x$" matches "x\r". */
-bool sbx_grep_pattern_match(sbx_grep_pattern_t *p, const char *line, size_t len);
-void sbx_grep_pattern_free(sbx_grep_pattern_t *p);
+bool sbx__grep_pattern_match(sbx_grep_pattern_t *p, const char *line, size_t len);
+void sbx__grep_pattern_free(sbx_grep_pattern_t *p);
 
 /* ---- for grep.c's whole-buffer search ---- */
 
@@ -44,7 +44,7 @@ typedef struct {
 } sbx_needle_t;
 
 /* Offset of the first occurrence in hay[0..n), or -1. */
-ssize_t sbx_needle_find(const sbx_needle_t *nd, const char *hay, size_t n);
+ssize_t sbx__needle_find(const sbx_needle_t *nd, const char *hay, size_t n);
 
 enum {
   SBX_GREP_PK_LITERAL, /* fixed string: case-sensitive, or ASCII case-insensitive */
@@ -76,9 +76,9 @@ struct sbx_grep_pattern_s {
 
 /* True if the regex matches in s[from..to) (s[to] readable; the bytes before from give ^ and
  * word context, to is the end of the string for $). ascii: the text is pure ASCII. */
-bool sbx_grep_regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to);
+bool sbx__grep_regex_run(sbx_grep_pattern_t *p, bool ascii, const char *s, size_t from, size_t to);
 /* The required-literal prefilter that applies to text of this class (ascii or UTF-8), or
  * NULL. */
-const sbx_needle_t *sbx_grep_pattern_must(const sbx_grep_pattern_t *p, bool ascii);
+const sbx_needle_t *sbx__grep_pattern_must(const sbx_grep_pattern_t *p, bool ascii);
 
 #endif

@@ -45,7 +45,7 @@ static const ignore_pat_t ignore_patterns[] = {
 _Static_assert(sizeof(ignore_patterns) / sizeof(ignore_patterns[0]) == 50,
                "the DeerFlow ignore list has exactly 50 patterns");
 
-bool sbx_search_ignored_segment(const char *segment, size_t len)
+bool sbx__search_ignored_segment(const char *segment, size_t len)
 {
   if (segment == NULL || len == 0)
     return false;
@@ -65,14 +65,14 @@ bool sbx_search_ignored_segment(const char *segment, size_t len)
   return false;
 }
 
-bool sbx_search_ignored_path(const char *rel_path)
+bool sbx__search_ignored_path(const char *rel_path)
 {
   if (rel_path == NULL)
     return false;
   const char *s = rel_path;
   while (*s) {
     const char *e = strchrnul(s, '/');
-    if (e > s && sbx_search_ignored_segment(s, (size_t) (e - s)))
+    if (e > s && sbx__search_ignored_segment(s, (size_t) (e - s)))
       return true;
     s = *e ? e + 1 : e;
   }

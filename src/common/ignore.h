@@ -8,9 +8,9 @@
 /* True if one path segment (len bytes, need not be NUL-terminated) matches one of the 50
  * ignore patterns, with fnmatch semantics (no flags: '*' matches a leading dot), byte-wise and
  * case-sensitive. */
-bool sbx_search_ignored_segment(const char *segment, size_t len);
+bool sbx__search_ignored_segment(const char *segment, size_t len);
 /* True if any non-empty '/'-separated segment of a relative path is ignored. (Unlike DeerFlow's
  * should_ignore_path, '\' is not a separator: it is an ordinary byte in a Linux file name.) */
-bool sbx_search_ignored_path(const char *rel_path);
+bool sbx__search_ignored_path(const char *rel_path);
 
 #endif

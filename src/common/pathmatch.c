@@ -14,18 +14,18 @@
  * ever reject the input as invalid multibyte text. */
 static bool seg_fnmatch(const char *pat, bool pat_ascii, const char *str)
 {
-  bool ascii = pat_ascii && sbx_str_ascii(str);
-  locale_t old = uselocale(ascii ? sbx_locale_c() : sbx_locale_utf8());
+  bool ascii = pat_ascii && sbx__str_ascii(str);
+  locale_t old = uselocale(ascii ? sbx__locale_c() : sbx__locale_utf8());
   int r = fnmatch(pat, str, 0);
   if (r != 0 && r != FNM_NOMATCH && !ascii) {
-    uselocale(sbx_locale_c());
+    uselocale(sbx__locale_c());
     r = fnmatch(pat, str, 0);
   }
   uselocale(old);
   return r == 0;
 }
 
-void sbx_pathpat_init(sbx_pathpat_t *pp, const char *pattern)
+void sbx__pathpat_init(sbx_pathpat_t *pp, const char *pattern)
 {
   memset(pp, 0, sizeof *pp);
   if (pattern == NULL || pattern[0] == '\0' || pattern[0] == '/') {
@@ -50,7 +50,7 @@ void sbx_pathpat_init(sbx_pathpat_t *pp, const char *pattern)
     *e = '\0';
     if (*s) {
       pp->seg[pp->n] = strcmp(s, "**") == 0 && pp->anchored ? NULL : s;
-      pp->ascii[pp->n] = sbx_str_ascii(s);
+      pp->ascii[pp->n] = sbx__str_ascii(s);
       pp->n++;
     }
     if (last)
@@ -61,7 +61,7 @@ void sbx_pathpat_init(sbx_pathpat_t *pp, const char *pattern)
     pp->never = true;
 }
 
-void sbx_pathpat_fini(sbx_pathpat_t *pp)
+void sbx__pathpat_fini(sbx_pathpat_t *pp)
 {
   free(pp->buf);
   free(pp->seg);
@@ -77,7 +77,7 @@ static void pathpat_closure(const sbx_pathpat_t *pp, bool *st)
       st[i + 1] = true;
 }
 
-void sbx_pathpat_start(const sbx_pathpat_t *pp, bool *st)
+void sbx__pathpat_start(const sbx_pathpat_t *pp, bool *st)
 {
   memset(st, 0, pp->n + 1);
   st[0] = true;
@@ -85,7 +85,7 @@ void sbx_pathpat_start(const sbx_pathpat_t *pp, bool *st)
 }
 
 /* Consumes one path segment; returns whether any state is still alive. */
-bool sbx_pathpat_step(const sbx_pathpat_t *pp, const bool *in, const char *name, bool *out)
+bool sbx__pathpat_step(const sbx_pathpat_t *pp, const bool *in, const char *name, bool *out)
 {
   memset(out, 0, pp->n + 1);
   bool alive = false;
@@ -105,7 +105,7 @@ bool sbx_pathpat_step(const sbx_pathpat_t *pp, const bool *in, const char *name,
   return alive;
 }
 
-bool sbx_pathpat_match_basename(const sbx_pathpat_t *pp, const char *name)
+bool sbx__pathpat_match_basename(const sbx_pathpat_t *pp, const char *name)
 {
   return !pp->never && seg_fnmatch(pp->seg[0], pp->ascii[0], name);
 }
@@ -123,11 +123,11 @@ static bool pathpat_match_path(const sbx_pathpat_t *pp, char *path)
     if (len == 0)
       return false;
     char *base = strrchr(path, '/');
-    return sbx_pathpat_match_basename(pp, base ? base + 1 : path);
+    return sbx__pathpat_match_basename(pp, base ? base + 1 : path);
   }
   cleanup_free bool *a = xmalloc(pp->n + 1);
   cleanup_free bool *b = xmalloc(pp->n + 1);
-  sbx_pathpat_start(pp, a);
+  sbx__pathpat_start(pp, a);
   bool any = false;
   char *s = path;
   for (;;) {
@@ -136,7 +136,7 @@ static bool pathpat_match_path(const sbx_pathpat_t *pp, char *path)
     *e = '\0';
     if (*s) {
       any = true;
-      if (!sbx_pathpat_step(pp, a, s, b))
+      if (!sbx__pathpat_step(pp, a, s, b))
         return false;
       bool *t = a;
       a = b;
@@ -149,14 +149,14 @@ static bool pathpat_match_path(const sbx_pathpat_t *pp, char *path)
   return any && a[pp->n];
 }
 
-bool sbx_path_matches(const char *pattern, const char *rel_path)
+bool sbx__path_matches(const char *pattern, const char *rel_path)
 {
   if (rel_path == NULL)
     return false;
   sbx_pathpat_t pp;
-  sbx_pathpat_init(&pp, pattern);
+  sbx__pathpat_init(&pp, pattern);
   cleanup_free char *path = pp.never ? NULL : xstrdup(rel_path);
   bool ok = path != NULL && pathpat_match_path(&pp, path);
-  sbx_pathpat_fini(&pp);
+  sbx__pathpat_fini(&pp);
   return ok;
 }

@@ -1,4 +1,4 @@
-/* Path patterns (contract §5.2): sbx_path_matches, and the compiled form the walker (walk.h)
+/* Path patterns (contract §5.2): sbx__path_matches, and the compiled form the walker (walk.h)
  * steps through a tree one directory at a time. Its contract, checked against a reference
  * implementation: fuzz/fuzz_path_matches.c and the unit tests. */
 #ifndef SBX_PATHMATCH_H
@@ -17,7 +17,7 @@
  * of an anchored pattern ("a**" is fnmatch's "a*"). Empty segments ("a//b") are ignored on both
  * sides; a rel_path without a non-empty segment matches nothing. The "**" matcher is an NFA over
  * pattern positions: O(pattern segments x path segments) fnmatch calls at worst. */
-bool sbx_path_matches(const char *pattern, const char *rel_path);
+bool sbx__path_matches(const char *pattern, const char *rel_path);
 
 /* A compiled pattern. Unanchored (no '/'): one segment tested against the basename. Anchored:
  * segments matched one path segment each, "**" (seg[i] == NULL) zero or more whole segments,
@@ -33,13 +33,13 @@ typedef struct {
 } sbx_pathpat_t;
 
 /* pattern NULL or "" gives a pattern that never matches. */
-void sbx_pathpat_init(sbx_pathpat_t *pp, const char *pattern);
-void sbx_pathpat_fini(sbx_pathpat_t *pp);
+void sbx__pathpat_init(sbx_pathpat_t *pp, const char *pattern);
+void sbx__pathpat_fini(sbx_pathpat_t *pp);
 /* Anchored patterns: st has n+1 slots; the states before any segment. */
-void sbx_pathpat_start(const sbx_pathpat_t *pp, bool *st);
+void sbx__pathpat_start(const sbx_pathpat_t *pp, bool *st);
 /* Consumes one path segment (in -> out); returns whether any state is still alive. */
-bool sbx_pathpat_step(const sbx_pathpat_t *pp, const bool *in, const char *name, bool *out);
+bool sbx__pathpat_step(const sbx_pathpat_t *pp, const bool *in, const char *name, bool *out);
 /* Unanchored patterns: does the basename match? */
-bool sbx_pathpat_match_basename(const sbx_pathpat_t *pp, const char *name);
+bool sbx__pathpat_match_basename(const sbx_pathpat_t *pp, const char *name);
 
 #endif

@@ -19,22 +19,22 @@ static bool has_dotdot_segment(const char *p)
   return false;
 }
 
-int sbx_path_check(const char *path, sbx_error_t *err)
+int sbx__path_check(const char *path, sbx_error_t *err)
 {
   if (path == NULL || *path == '\0')
-    return sbx_make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "path must be a non-empty string");
   size_t len = strlen(path);
   if (len > SBX_PATH_MAX)
-    return sbx_make_error(err, ENAMETOOLONG, SBX_E_TOO_LARGE, "path is too long (%zu bytes)", len);
+    return sbx__make_error(err, ENAMETOOLONG, SBX_E_TOO_LARGE, "path is too long (%zu bytes)", len);
   if (has_dotdot_segment(path))
-    return sbx_make_error(err, 0, SBX_E_DENIED, "Access denied: path traversal detected in '%s'",
-                          path);
+    return sbx__make_error(err, 0, SBX_E_DENIED, "Access denied: path traversal detected in '%s'",
+                           path);
   if (path[0] != '/')
-    return sbx_make_error(err, 0, SBX_E_INVALID, "path must be absolute: '%s'", path);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "path must be absolute: '%s'", path);
   return 0;
 }
 
-bool sbx_path_under_user_data(const char *path)
+bool sbx__path_under_user_data(const char *path)
 {
   const char *p = path;
   while (*p == '/' || *p == '\\')
@@ -46,13 +46,13 @@ bool sbx_path_under_user_data(const char *path)
   return p[n] == '\0' || p[n] == '/' || p[n] == '\\';
 }
 
-int sbx_download_path_check(const char *path, sbx_error_t *err)
+int sbx__download_path_check(const char *path, sbx_error_t *err)
 {
-  if (sbx_path_check(path, err) < 0)
+  if (sbx__path_check(path, err) < 0)
     return -1;
-  if (!sbx_path_under_user_data(path))
-    return sbx_make_error(err, 0, SBX_E_DENIED,
-                          "Access denied: path must be under '/mnt/user-data': '%s'", path);
+  if (!sbx__path_under_user_data(path))
+    return sbx__make_error(err, 0, SBX_E_DENIED,
+                           "Access denied: path must be under '/mnt/user-data': '%s'", path);
   return 0;
 }
 
@@ -70,36 +70,36 @@ static bool id_chars_valid(const char *s, size_t max)
   return n > 0;
 }
 
-bool sbx_thread_id_valid(const char *thread)
+bool sbx__thread_id_valid(const char *thread)
 {
   return thread && id_chars_valid(thread, 64);
 }
 
-bool sbx_user_id_valid(const char *user)
+bool sbx__user_id_valid(const char *user)
 {
   return user && id_chars_valid(user, 128);
 }
 
-int sbx_scope_check(const char *user, const char *thread, sbx_error_t *err)
+int sbx__scope_check(const char *user, const char *thread, sbx_error_t *err)
 {
-  if (!sbx_thread_id_valid(thread))
-    return sbx_make_error(
+  if (!sbx__thread_id_valid(thread))
+    return sbx__make_error(
         err, 0, SBX_E_INVALID,
         "Invalid thread_id: expected 1-64 ASCII letters, digits, hyphens, or underscores");
-  if (!sbx_user_id_valid(user))
-    return sbx_make_error(
+  if (!sbx__user_id_valid(user))
+    return sbx__make_error(
         err, 0, SBX_E_INVALID,
         "Invalid user_id: expected 1-128 ASCII letters, digits, hyphens, or underscores");
   return 0;
 }
 
-void sbx_scope_id(const char *user, const char *thread, char out[SBX_ID_LEN + 1])
+void sbx__scope_id(const char *user, const char *thread, char out[SBX_ID_LEN + 1])
 {
   cleanup_free char *seed = xasprintf("%s:%s", user, thread);
-  sbx_sha256_hex(seed, strlen(seed), out, SBX_ID_LEN);
+  sbx__sha256_hex(seed, strlen(seed), out, SBX_ID_LEN);
 }
 
-bool sbx_id_valid(const char *id)
+bool sbx__id_valid(const char *id)
 {
   if (id == NULL || strlen(id) != SBX_ID_LEN)
     return false;

@@ -40,46 +40,46 @@ static uint64_t get_le64(const unsigned char *p)
   return v;
 }
 
-void sbx_tlv_put(sbx_tlv_writer_t *w, uint16_t tag, const void *data, size_t len)
+void sbx__tlv_put(sbx_tlv_writer_t *w, uint16_t tag, const void *data, size_t len)
 {
   unsigned char h[6];
   put_le16(h, tag);
   put_le32(h + 2, (uint32_t) len);
-  sbx_buf_append(&w->buf, h, sizeof h);
-  sbx_buf_append(&w->buf, data, len);
+  sbx__buf_append(&w->buf, h, sizeof h);
+  sbx__buf_append(&w->buf, data, len);
 }
 
-void sbx_tlv_put_str(sbx_tlv_writer_t *w, uint16_t tag, const char *s)
+void sbx__tlv_put_str(sbx_tlv_writer_t *w, uint16_t tag, const char *s)
 {
   if (s)
-    sbx_tlv_put(w, tag, s, strlen(s));
+    sbx__tlv_put(w, tag, s, strlen(s));
 }
 
-void sbx_tlv_put_u64(sbx_tlv_writer_t *w, uint16_t tag, uint64_t v)
+void sbx__tlv_put_u64(sbx_tlv_writer_t *w, uint16_t tag, uint64_t v)
 {
   unsigned char b[8];
   put_le64(b, v);
-  sbx_tlv_put(w, tag, b, sizeof b);
+  sbx__tlv_put(w, tag, b, sizeof b);
 }
 
-void sbx_tlv_put_i64(sbx_tlv_writer_t *w, uint16_t tag, int64_t v)
+void sbx__tlv_put_i64(sbx_tlv_writer_t *w, uint16_t tag, int64_t v)
 {
-  sbx_tlv_put_u64(w, tag, (uint64_t) v);
+  sbx__tlv_put_u64(w, tag, (uint64_t) v);
 }
 
-void sbx_tlv_free(sbx_tlv_writer_t *w)
+void sbx__tlv_free(sbx_tlv_writer_t *w)
 {
-  sbx_buf_free(&w->buf);
+  sbx__buf_free(&w->buf);
 }
 
-void sbx_tlv_reader_init(sbx_tlv_reader_t *r, const void *payload, size_t len)
+void sbx__tlv_reader_init(sbx_tlv_reader_t *r, const void *payload, size_t len)
 {
   r->p = payload;
   r->len = len;
   r->off = 0;
 }
 
-int sbx_tlv_next(sbx_tlv_reader_t *r, sbx_tlv_t *f)
+int sbx__tlv_next(sbx_tlv_reader_t *r, sbx_tlv_t *f)
 {
   if (r->off == r->len)
     return 0;
@@ -96,38 +96,38 @@ int sbx_tlv_next(sbx_tlv_reader_t *r, sbx_tlv_t *f)
   return 1;
 }
 
-bool sbx_tlv_valid(const void *payload, size_t len)
+bool sbx__tlv_valid(const void *payload, size_t len)
 {
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   int ret;
-  sbx_tlv_reader_init(&r, payload, len);
-  while ((ret = sbx_tlv_next(&r, &f)) > 0)
+  sbx__tlv_reader_init(&r, payload, len);
+  while ((ret = sbx__tlv_next(&r, &f)) > 0)
     ;
   return ret == 0;
 }
 
-int sbx_tlv_find(const void *payload, size_t len, uint16_t tag, sbx_tlv_t *f)
+int sbx__tlv_find(const void *payload, size_t len, uint16_t tag, sbx_tlv_t *f)
 {
   sbx_tlv_reader_t r;
   int ret;
-  sbx_tlv_reader_init(&r, payload, len);
-  while ((ret = sbx_tlv_next(&r, f)) > 0)
+  sbx__tlv_reader_init(&r, payload, len);
+  while ((ret = sbx__tlv_next(&r, f)) > 0)
     if (f->tag == tag)
       return 1;
   return ret;
 }
 
-bool sbx_tlv_has(const void *payload, size_t len, uint16_t tag)
+bool sbx__tlv_has(const void *payload, size_t len, uint16_t tag)
 {
   sbx_tlv_t f;
-  return sbx_tlv_find(payload, len, tag, &f) == 1;
+  return sbx__tlv_find(payload, len, tag, &f) == 1;
 }
 
-int sbx_tlv_get_str(const void *payload, size_t len, uint16_t tag, char **out)
+int sbx__tlv_get_str(const void *payload, size_t len, uint16_t tag, char **out)
 {
   sbx_tlv_t f;
-  int ret = sbx_tlv_find(payload, len, tag, &f);
+  int ret = sbx__tlv_find(payload, len, tag, &f);
   *out = NULL;
   if (ret <= 0)
     return ret;
@@ -137,10 +137,10 @@ int sbx_tlv_get_str(const void *payload, size_t len, uint16_t tag, char **out)
   return 1;
 }
 
-int sbx_tlv_get_u64(const void *payload, size_t len, uint16_t tag, uint64_t def, uint64_t *out)
+int sbx__tlv_get_u64(const void *payload, size_t len, uint16_t tag, uint64_t def, uint64_t *out)
 {
   sbx_tlv_t f;
-  int ret = sbx_tlv_find(payload, len, tag, &f);
+  int ret = sbx__tlv_find(payload, len, tag, &f);
   *out = def;
   if (ret <= 0)
     return ret;
@@ -150,15 +150,15 @@ int sbx_tlv_get_u64(const void *payload, size_t len, uint16_t tag, uint64_t def,
   return 1;
 }
 
-int sbx_tlv_get_i64(const void *payload, size_t len, uint16_t tag, int64_t def, int64_t *out)
+int sbx__tlv_get_i64(const void *payload, size_t len, uint16_t tag, int64_t def, int64_t *out)
 {
   uint64_t v;
-  int ret = sbx_tlv_get_u64(payload, len, tag, (uint64_t) def, &v);
+  int ret = sbx__tlv_get_u64(payload, len, tag, (uint64_t) def, &v);
   *out = (int64_t) v;
   return ret;
 }
 
-void sbx_frame_hdr_encode(unsigned char out[SBX_PROTO_HDR], const sbx_frame_hdr_t *h)
+void sbx__frame_hdr_encode(unsigned char out[SBX_PROTO_HDR], const sbx_frame_hdr_t *h)
 {
   put_le32(out, h->len);
   put_le16(out + 4, h->type);
@@ -166,7 +166,7 @@ void sbx_frame_hdr_encode(unsigned char out[SBX_PROTO_HDR], const sbx_frame_hdr_
   put_le32(out + 8, h->req);
 }
 
-void sbx_frame_hdr_decode(const unsigned char in[SBX_PROTO_HDR], sbx_frame_hdr_t *h)
+void sbx__frame_hdr_decode(const unsigned char in[SBX_PROTO_HDR], sbx_frame_hdr_t *h)
 {
   h->len = get_le32(in);
   h->type = get_le16(in + 4);
@@ -174,7 +174,7 @@ void sbx_frame_hdr_decode(const unsigned char in[SBX_PROTO_HDR], sbx_frame_hdr_t
   h->req = get_le32(in + 8);
 }
 
-int sbx_frame_send(int fd, uint16_t type, uint32_t req, const void *payload, size_t len)
+int sbx__frame_send(int fd, uint16_t type, uint32_t req, const void *payload, size_t len)
 {
   if (len > SBX_PROTO_MAX_PAYLOAD) {
     errno = EMSGSIZE;
@@ -182,7 +182,7 @@ int sbx_frame_send(int fd, uint16_t type, uint32_t req, const void *payload, siz
   }
   unsigned char h[SBX_PROTO_HDR];
   sbx_frame_hdr_t hdr = {.len = (uint32_t) len, .type = type, .flags = 0, .req = req};
-  sbx_frame_hdr_encode(h, &hdr);
+  sbx__frame_hdr_encode(h, &hdr);
   struct iovec iov[2] = {{h, sizeof h}, {(void *) payload, len}};
   int iovcnt = len ? 2 : 1;
   size_t total = sizeof h + len, done = 0;
@@ -214,24 +214,24 @@ int sbx_frame_send(int fd, uint16_t type, uint32_t req, const void *payload, siz
   return 0;
 }
 
-int sbx_frame_send_tlv(int fd, uint16_t type, uint32_t req, const sbx_tlv_writer_t *w)
+int sbx__frame_send_tlv(int fd, uint16_t type, uint32_t req, const sbx_tlv_writer_t *w)
 {
-  return sbx_frame_send(fd, type, req, w->buf.data, w->buf.len);
+  return sbx__frame_send(fd, type, req, w->buf.data, w->buf.len);
 }
 
-int sbx_frame_recv(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload)
+int sbx__frame_recv(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload)
 {
   unsigned char h[SBX_PROTO_HDR];
   *payload = NULL;
-  if (sbx_read_exact(fd, h, sizeof h) < 0)
+  if (sbx__read_exact(fd, h, sizeof h) < 0)
     return -1;
-  sbx_frame_hdr_decode(h, hdr);
+  sbx__frame_hdr_decode(h, hdr);
   if (hdr->len > max_payload || hdr->len > SBX_PROTO_MAX_PAYLOAD) {
     errno = EMSGSIZE;
     return -1;
   }
   char *p = xmalloc((size_t) hdr->len + 1);
-  if (hdr->len && sbx_read_exact(fd, p, hdr->len) < 0) {
+  if (hdr->len && sbx__read_exact(fd, p, hdr->len) < 0) {
     free(p);
     return -1;
   }
@@ -240,37 +240,37 @@ int sbx_frame_recv(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payl
   return 0;
 }
 
-int sbx_frame_send_error(int fd, uint32_t req, int kind, int status, const char *msg)
+int sbx__frame_send_error(int fd, uint32_t req, int kind, int status, const char *msg)
 {
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_KIND, (uint64_t) kind);
-  sbx_tlv_put_u64(&w, SBX_T_STATUS, (uint64_t) status);
+  sbx__tlv_put_u64(&w, SBX_T_KIND, (uint64_t) kind);
+  sbx__tlv_put_u64(&w, SBX_T_STATUS, (uint64_t) status);
   /* Bound the message so a pathological one can never exceed a frame. */
   size_t n = msg ? strlen(msg) : 0;
   if (n > 4096)
     n = 4096;
-  sbx_tlv_put(&w, SBX_T_MSG, msg ? msg : "", n);
-  int ret = sbx_frame_send_tlv(fd, SBX_MSG_ERR, req, &w);
-  sbx_tlv_free(&w);
+  sbx__tlv_put(&w, SBX_T_MSG, msg ? msg : "", n);
+  int ret = sbx__frame_send_tlv(fd, SBX_MSG_ERR, req, &w);
+  sbx__tlv_free(&w);
   return ret;
 }
 
-int sbx_error_from_frame(const void *payload, size_t len, sbx_error_t *err)
+int sbx__error_from_frame(const void *payload, size_t len, sbx_error_t *err)
 {
   uint64_t kind = SBX_E_INTERNAL, status = 0;
   cleanup_free char *msg = NULL;
-  if (sbx_tlv_get_u64(payload, len, SBX_T_KIND, SBX_E_INTERNAL, &kind) < 0 ||
-      sbx_tlv_get_u64(payload, len, SBX_T_STATUS, 0, &status) < 0 ||
-      sbx_tlv_get_str(payload, len, SBX_T_MSG, &msg) < 0)
-    return sbx_error_set(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed error frame");
+  if (sbx__tlv_get_u64(payload, len, SBX_T_KIND, SBX_E_INTERNAL, &kind) < 0 ||
+      sbx__tlv_get_u64(payload, len, SBX_T_STATUS, 0, &status) < 0 ||
+      sbx__tlv_get_str(payload, len, SBX_T_MSG, &msg) < 0)
+    return sbx__error_set(err, EPROTO, SBX_E_BACKEND, "sbx-init sent a malformed error frame");
   if (kind == 0 || kind >= SBX_E_KIND_MAX)
     kind = SBX_E_INTERNAL;
-  return sbx_error_set(err, (int) (status > 4095 ? 0 : status), (int) kind,
-                       msg ? msg : "unknown error");
+  return sbx__error_set(err, (int) (status > 4095 ? 0 : status), (int) kind,
+                        msg ? msg : "unknown error");
 }
 
-int sbx_frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, size_t len,
-                      int pass)
+int sbx__frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, size_t len,
+                       int pass)
 {
   if (len > 4096) {
     errno = EMSGSIZE;
@@ -278,7 +278,7 @@ int sbx_frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, 
   }
   unsigned char buf[SBX_PROTO_HDR + 4096];
   sbx_frame_hdr_t hdr = {.len = (uint32_t) len, .type = type, .flags = 0, .req = req};
-  sbx_frame_hdr_encode(buf, &hdr);
+  sbx__frame_hdr_encode(buf, &hdr);
   if (len)
     memcpy(buf + SBX_PROTO_HDR, payload, len);
   struct iovec iov = {buf, SBX_PROTO_HDR + len};
@@ -302,10 +302,11 @@ int sbx_frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, 
   if (r < 0)
     return -1;
   /* the rest (if the socket took a partial write) goes without the descriptor */
-  return (size_t) r < iov.iov_len ? sbx_write_all(fd, buf + r, iov.iov_len - (size_t) r) : 0;
+  return (size_t) r < iov.iov_len ? sbx__write_all(fd, buf + r, iov.iov_len - (size_t) r) : 0;
 }
 
-int sbx_frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload, int *passed)
+int sbx__frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload,
+                       int *passed)
 {
   unsigned char h[SBX_PROTO_HDR];
   union {
@@ -340,15 +341,15 @@ int sbx_frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_p
         close(got); /* only one descriptor is ever expected */
     }
   }
-  if ((size_t) r < sizeof h && sbx_read_exact(fd, h + r, sizeof h - (size_t) r) < 0)
+  if ((size_t) r < sizeof h && sbx__read_exact(fd, h + r, sizeof h - (size_t) r) < 0)
     goto fail;
-  sbx_frame_hdr_decode(h, hdr);
+  sbx__frame_hdr_decode(h, hdr);
   if (hdr->len > max_payload || hdr->len > SBX_PROTO_MAX_PAYLOAD) {
     errno = EMSGSIZE;
     goto fail;
   }
   char *p = xmalloc((size_t) hdr->len + 1);
-  if (hdr->len && sbx_read_exact(fd, p, hdr->len) < 0) {
+  if (hdr->len && sbx__read_exact(fd, p, hdr->len) < 0) {
     free(p);
     goto fail;
   }

@@ -160,11 +160,11 @@ typedef struct {
   sbx_buf_t buf;
 } sbx_tlv_writer_t;
 
-void sbx_tlv_put(sbx_tlv_writer_t *w, uint16_t tag, const void *data, size_t len);
-void sbx_tlv_put_str(sbx_tlv_writer_t *w, uint16_t tag, const char *s);
-void sbx_tlv_put_u64(sbx_tlv_writer_t *w, uint16_t tag, uint64_t v);
-void sbx_tlv_put_i64(sbx_tlv_writer_t *w, uint16_t tag, int64_t v);
-void sbx_tlv_free(sbx_tlv_writer_t *w);
+void sbx__tlv_put(sbx_tlv_writer_t *w, uint16_t tag, const void *data, size_t len);
+void sbx__tlv_put_str(sbx_tlv_writer_t *w, uint16_t tag, const char *s);
+void sbx__tlv_put_u64(sbx_tlv_writer_t *w, uint16_t tag, uint64_t v);
+void sbx__tlv_put_i64(sbx_tlv_writer_t *w, uint16_t tag, int64_t v);
+void sbx__tlv_free(sbx_tlv_writer_t *w);
 
 /* Reads a TLV payload (no copies: values point into the payload). */
 typedef struct {
@@ -179,39 +179,39 @@ typedef struct {
   const unsigned char *data;
 } sbx_tlv_t;
 
-void sbx_tlv_reader_init(sbx_tlv_reader_t *r, const void *payload, size_t len);
+void sbx__tlv_reader_init(sbx_tlv_reader_t *r, const void *payload, size_t len);
 /* 1 = a field was read, 0 = end, -1 = malformed. */
-int sbx_tlv_next(sbx_tlv_reader_t *r, sbx_tlv_t *f);
+int sbx__tlv_next(sbx_tlv_reader_t *r, sbx_tlv_t *f);
 /* First field with tag: 1 found, 0 absent, -1 malformed payload. */
-int sbx_tlv_find(const void *payload, size_t len, uint16_t tag, sbx_tlv_t *f);
+int sbx__tlv_find(const void *payload, size_t len, uint16_t tag, sbx_tlv_t *f);
 /* Typed getters over a whole payload; absent fields give the default. Strings are returned
  * as malloc'ed copies (NUL-terminated); a string containing a NUL byte is rejected (-1). */
-int sbx_tlv_get_str(const void *payload, size_t len, uint16_t tag, char **out);
-int sbx_tlv_get_u64(const void *payload, size_t len, uint16_t tag, uint64_t def, uint64_t *out);
-int sbx_tlv_get_i64(const void *payload, size_t len, uint16_t tag, int64_t def, int64_t *out);
-bool sbx_tlv_has(const void *payload, size_t len, uint16_t tag);
+int sbx__tlv_get_str(const void *payload, size_t len, uint16_t tag, char **out);
+int sbx__tlv_get_u64(const void *payload, size_t len, uint16_t tag, uint64_t def, uint64_t *out);
+int sbx__tlv_get_i64(const void *payload, size_t len, uint16_t tag, int64_t def, int64_t *out);
+bool sbx__tlv_has(const void *payload, size_t len, uint16_t tag);
 /* Validates the whole payload's framing (every field inside bounds). */
-bool sbx_tlv_valid(const void *payload, size_t len);
+bool sbx__tlv_valid(const void *payload, size_t len);
 
-/* Frame I/O on a blocking fd. sbx_frame_send writes header + payload in one writev.
- * sbx_frame_recv reads one frame into *payload (malloc'ed, NUL-terminated past len), refusing
+/* Frame I/O on a blocking fd. sbx__frame_send writes header + payload in one writev.
+ * sbx__frame_recv reads one frame into *payload (malloc'ed, NUL-terminated past len), refusing
  * payloads over max_payload (EMSGSIZE). Both return 0 or -1 with errno (ECONNRESET on EOF). */
-int sbx_frame_send(int fd, uint16_t type, uint32_t req, const void *payload, size_t len);
-int sbx_frame_send_tlv(int fd, uint16_t type, uint32_t req, const sbx_tlv_writer_t *w);
-int sbx_frame_recv(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload);
-void sbx_frame_hdr_encode(unsigned char out[SBX_PROTO_HDR], const sbx_frame_hdr_t *h);
-void sbx_frame_hdr_decode(const unsigned char in[SBX_PROTO_HDR], sbx_frame_hdr_t *h);
+int sbx__frame_send(int fd, uint16_t type, uint32_t req, const void *payload, size_t len);
+int sbx__frame_send_tlv(int fd, uint16_t type, uint32_t req, const sbx_tlv_writer_t *w);
+int sbx__frame_recv(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload);
+void sbx__frame_hdr_encode(unsigned char out[SBX_PROTO_HDR], const sbx_frame_hdr_t *h);
+void sbx__frame_hdr_decode(const unsigned char in[SBX_PROTO_HDR], sbx_frame_hdr_t *h);
 
 /* A frame carrying one file descriptor (SCM_RIGHTS), and its receiving side: *passed is the
  * descriptor or -1 if none came. */
-int sbx_frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, size_t len,
-                      int pass);
-int sbx_frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload,
-                      int *passed);
+int sbx__frame_send_fd(int fd, uint16_t type, uint32_t req, const void *payload, size_t len,
+                       int pass);
+int sbx__frame_recv_fd(int fd, sbx_frame_hdr_t *hdr, char **payload, size_t max_payload,
+                       int *passed);
 
 /* Sends an ERR frame carrying err (kind, status, message). */
-int sbx_frame_send_error(int fd, uint32_t req, int kind, int status, const char *msg);
+int sbx__frame_send_error(int fd, uint32_t req, int kind, int status, const char *msg);
 /* Turns a received ERR payload into *err. Returns -1 always. */
-int sbx_error_from_frame(const void *payload, size_t len, sbx_error_t *err);
+int sbx__error_from_frame(const void *payload, size_t len, sbx_error_t *err);
 
 #endif

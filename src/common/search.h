@@ -9,14 +9,14 @@
  * - Only directories and regular files are reported or searched (no fifos, sockets, devices).
  * - Entries are visited depth-first, top-down, each directory's entries in byte order (strcmp);
  *   so answers are deterministic and equal across backends.
- * - Ignored names (sbx_search_ignored_segment) are pruned only below the root.
+ * - Ignored names (sbx__search_ignored_segment) are pruned only below the root.
  * - Unreadable directories and files, and files that vanish, are skipped silently.
  * - Reported paths are the root string without its trailing '/'s (root "/" stays "/"), then
  *   '/', then the path below the root.
  * - Results are appended to *out; on error (return -1, *err set) *out is left as it was.
  * - *truncated is set when a match was dropped by the limit+1 rule, and also when the walk was
- *   cut short: a deadline (sbx_now_ms() clock, 0 = none) passed or the caller went away
- *   (sbx_search_set_cancel_fd), a directory at depth
+ *   cut short: a deadline (sbx__now_ms() clock, 0 = none) passed or the caller went away
+ *   (sbx__search_set_cancel_fd), a directory at depth
  *   SBX_SEARCH_MAX_DEPTH would have been entered, or fds/memory ran out (EMFILE, ENFILE,
  *   ENOMEM). The answer is then possibly incomplete, never wrong.
  * - Thread-safe: no global state besides two locales created once (pthread_once); locales are
@@ -43,10 +43,10 @@
  * is the first max_entries of the full sorted answer. A missing path is SBX_E_NOT_FOUND
  * ("directory not found: P"), a non-directory SBX_E_NOT_DIR ("not a directory: P"), a negative
  * depth SBX_E_INVALID ("max_depth must be non-negative"). */
-int sbx_search_list_dir(const char *path, int max_depth, size_t max_entries, uint64_t deadline_ms,
-                        sbx_strv_t *out, bool *truncated, sbx_error_t *err);
+int sbx__search_list_dir(const char *path, int max_depth, size_t max_entries, uint64_t deadline_ms,
+                         sbx_strv_t *out, bool *truncated, sbx_error_t *err);
 
-/* glob: absolute paths whose path relative to root matches pattern (sbx_path_matches); files,
+/* glob: absolute paths whose path relative to root matches pattern (sbx__path_matches); files,
  * and directories too with include_dirs (no trailing '/'). Order = os.walk top-down: for each
  * directory, its matching subdirectories (include_dirs), then its matching files, then its
  * subdirectories recursively; an anchored pattern prunes subdirectories it can no longer match.
@@ -54,7 +54,7 @@ int sbx_search_list_dir(const char *path, int max_depth, size_t max_entries, uin
  * dropped (exactly max_results matches is complete); max_results 0 gives [] and truncated if
  * anything matched. A missing root is SBX_E_NOT_FOUND ("directory not found: P"), a file
  * SBX_E_NOT_DIR ("not a directory: P"). */
-int sbx_search_glob(const char *root, const char *pattern, bool include_dirs, size_t max_results,
-                    uint64_t deadline_ms, sbx_strv_t *out, bool *truncated, sbx_error_t *err);
+int sbx__search_glob(const char *root, const char *pattern, bool include_dirs, size_t max_results,
+                     uint64_t deadline_ms, sbx_strv_t *out, bool *truncated, sbx_error_t *err);
 
 #endif

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 
-size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp)
+size_t sbx__utf8_next(const void *s, size_t len, uint32_t *cp)
 {
   const unsigned char *p = s;
   unsigned char c = p[0];
@@ -52,11 +52,11 @@ size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp)
 static size_t utf8_seq(const unsigned char *s, size_t len)
 {
   uint32_t cp;
-  size_t n = sbx_utf8_next(s, len, &cp);
+  size_t n = sbx__utf8_next(s, len, &cp);
   return cp == SBX_UTF8_BAD ? 0 : n;
 }
 
-size_t sbx_ascii_run(const void *s, size_t len)
+size_t sbx__ascii_run(const void *s, size_t len)
 {
   const unsigned char *p = s;
   size_t i = 0;
@@ -70,12 +70,12 @@ size_t sbx_ascii_run(const void *s, size_t len)
   return i;
 }
 
-bool sbx_utf8_valid(const char *s, size_t len)
+bool sbx__utf8_valid(const char *s, size_t len)
 {
   const unsigned char *p = (const unsigned char *) s;
   size_t i = 0;
   while (i < len) {
-    i += sbx_ascii_run(p + i, len - i); /* most text */
+    i += sbx__ascii_run(p + i, len - i); /* most text */
     if (i >= len)
       break;
     size_t n = utf8_seq(p + i, len - i);
@@ -86,59 +86,59 @@ bool sbx_utf8_valid(const char *s, size_t len)
   return true;
 }
 
-void sbx_buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len)
+void sbx__buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len)
 {
   const unsigned char *p = (const unsigned char *) s;
   size_t i = 0;
-  sbx_buf_reserve(b, len);
+  sbx__buf_reserve(b, len);
   while (i < len) {
     size_t start = i;
-    i += sbx_ascii_run(p + i, len - i);
+    i += sbx__ascii_run(p + i, len - i);
     uint32_t cp = 0;
     size_t n = 0;
-    while (i < len && (n = sbx_utf8_next(p + i, len - i, &cp), cp != SBX_UTF8_BAD)) {
+    while (i < len && (n = sbx__utf8_next(p + i, len - i, &cp), cp != SBX_UTF8_BAD)) {
       i += n;
-      i += sbx_ascii_run(p + i, len - i);
+      i += sbx__ascii_run(p + i, len - i);
     }
-    sbx_buf_append(b, s + start, i - start);
+    sbx__buf_append(b, s + start, i - start);
     if (i < len) {
-      sbx_buf_append(b, "\xef\xbf\xbd", 3);
+      sbx__buf_append(b, "\xef\xbf\xbd", 3);
       i += n;
     }
   }
 }
 
-char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen)
+char *sbx__utf8_sanitize(const char *s, size_t len, size_t *outlen)
 {
   sbx_buf_t b = {0};
-  sbx_buf_put_utf8_lossy(&b, s, len);
+  sbx__buf_put_utf8_lossy(&b, s, len);
   if (outlen)
     *outlen = b.len;
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
-size_t sbx_utf8_count_lossy(const char *s, size_t len)
+size_t sbx__utf8_count_lossy(const char *s, size_t len)
 {
   const unsigned char *p = (const unsigned char *) s;
   size_t c = 0;
   for (size_t i = 0; i < len; c++) {
     uint32_t cp;
-    i += p[i] < 0x80 ? 1 : sbx_utf8_next(p + i, len - i, &cp);
+    i += p[i] < 0x80 ? 1 : sbx__utf8_next(p + i, len - i, &cp);
   }
   return c;
 }
 
-int sbx_text_class(const char *s, size_t len)
+int sbx__text_class(const char *s, size_t len)
 {
   const unsigned char *p = (const unsigned char *) s;
   size_t i = 0;
   int cls = SBX_TEXT_ASCII;
   while (i < len) {
-    i += sbx_ascii_run(p + i, len - i);
+    i += sbx__ascii_run(p + i, len - i);
     if (i >= len)
       break;
     uint32_t cp;
-    i += sbx_utf8_next(p + i, len - i, &cp);
+    i += sbx__utf8_next(p + i, len - i, &cp);
     if (cp == SBX_UTF8_BAD)
       return SBX_TEXT_INVALID;
     cls = SBX_TEXT_UTF8;
@@ -146,10 +146,10 @@ int sbx_text_class(const char *s, size_t len)
   return cls;
 }
 
-bool sbx_str_ascii(const char *s)
+bool sbx__str_ascii(const char *s)
 {
   size_t n = strlen(s);
-  return sbx_ascii_run(s, n) == n;
+  return sbx__ascii_run(s, n) == n;
 }
 
 static pthread_once_t locale_once = PTHREAD_ONCE_INIT;
@@ -167,19 +167,19 @@ static void locale_init(void)
     locale_utf8 = locale_c;
 }
 
-locale_t sbx_locale_c(void)
+locale_t sbx__locale_c(void)
 {
   pthread_once(&locale_once, locale_init);
   return locale_c;
 }
 
-locale_t sbx_locale_utf8(void)
+locale_t sbx__locale_utf8(void)
 {
   pthread_once(&locale_once, locale_init);
   return locale_utf8;
 }
 
-char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen)
+char *sbx__text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen)
 {
   if (start == SBX_LINE_NONE && end == SBX_LINE_NONE) {
     if (outlen)
@@ -208,8 +208,8 @@ char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t e
       if (l > 0 && text[i + l - 1] == '\r')
         l--;
       if (!first)
-        sbx_buf_putc(&b, '\n');
-      sbx_buf_append(&b, text + i, l);
+        sbx__buf_putc(&b, '\n');
+      sbx__buf_append(&b, text + i, l);
       first = false;
     }
     i = nl ? line_end + 1 : len;
@@ -217,10 +217,10 @@ char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t e
 done:
   if (outlen)
     *outlen = b.len;
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
-bool sbx_env_key_valid(const char *key, size_t len)
+bool sbx__env_key_valid(const char *key, size_t len)
 {
   if (len == 0)
     return false;
@@ -234,14 +234,14 @@ bool sbx_env_key_valid(const char *key, size_t len)
   return true;
 }
 
-int sbx_env_check(const char *const *env, size_t n, sbx_error_t *err)
+int sbx__env_check(const char *const *env, size_t n, sbx_error_t *err)
 {
   for (size_t i = 0; i < n; i++) {
     const char *eq = strchr(env[i], '=');
     size_t klen = eq ? (size_t) (eq - env[i]) : strlen(env[i]);
-    if (eq == NULL || !sbx_env_key_valid(env[i], klen)) {
-      cleanup_free char *key = sbx_utf8_sanitize(env[i], klen > 200 ? 200 : klen, NULL);
-      return sbx_make_error(
+    if (eq == NULL || !sbx__env_key_valid(env[i], klen)) {
+      cleanup_free char *key = sbx__utf8_sanitize(env[i], klen > 200 ? 200 : klen, NULL);
+      return sbx__make_error(
           err, 0, SBX_E_INVALID,
           "extra_env key '%s' is not a valid POSIX environment variable name (must match "
           "^[A-Za-z_][A-Za-z0-9_]*$). This protects shell-using sandbox implementations from "
@@ -252,44 +252,44 @@ int sbx_env_check(const char *const *env, size_t n, sbx_error_t *err)
   return 0;
 }
 
-char *sbx_exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen)
+char *sbx__exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen)
 {
   sbx_buf_t b = {0};
   size_t clean_len;
-  cleanup_free char *clean = sbx_utf8_sanitize(data, len, &clean_len);
-  sbx_buf_append(&b, clean, clean_len);
+  cleanup_free char *clean = sbx__utf8_sanitize(data, len, &clean_len);
+  sbx__buf_append(&b, clean, clean_len);
   if (total > len)
-    sbx_buf_printf(&b,
-                   "\n... [output truncated after %zu of %" PRIu64
-                   " bytes; remaining output discarded] ...",
-                   len, total);
+    sbx__buf_printf(&b,
+                    "\n... [output truncated after %zu of %" PRIu64
+                    " bytes; remaining output discarded] ...",
+                    len, total);
   if (outlen)
     *outlen = b.len;
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
-char *sbx_exec_render(const sbx_exec_output_t *o)
+char *sbx__exec_render(const sbx_exec_output_t *o)
 {
   sbx_buf_t b = {0};
   size_t ol = 0, el = 0;
-  cleanup_free char *out = sbx_exec_stream_text(o->out, o->out_len, o->out_total, &ol);
-  cleanup_free char *errs = sbx_exec_stream_text(o->err, o->err_len, o->err_total, &el);
-  sbx_buf_append(&b, out, ol);
+  cleanup_free char *out = sbx__exec_stream_text(o->out, o->out_len, o->out_total, &ol);
+  cleanup_free char *errs = sbx__exec_stream_text(o->err, o->err_len, o->err_total, &el);
+  sbx__buf_append(&b, out, ol);
   if (el > 0) {
     if (b.len > 0)
-      sbx_buf_puts(&b, "\nStd Error:\n");
-    sbx_buf_append(&b, errs, el);
+      sbx__buf_puts(&b, "\nStd Error:\n");
+    sbx__buf_append(&b, errs, el);
   }
   if (o->timed_out) {
     if (b.len > 0)
-      sbx_buf_putc(&b, '\n');
-    sbx_buf_puts(&b, "Error: command timed out\nExit Code: 124");
+      sbx__buf_putc(&b, '\n');
+    sbx__buf_puts(&b, "Error: command timed out\nExit Code: 124");
   } else if (o->exit_code != 0) {
     if (b.len > 0)
-      sbx_buf_putc(&b, '\n');
-    sbx_buf_printf(&b, "Exit Code: %d", o->exit_code);
+      sbx__buf_putc(&b, '\n');
+    sbx__buf_printf(&b, "Exit Code: %d", o->exit_code);
   }
   if (b.len == 0)
-    sbx_buf_puts(&b, "(no output)");
-  return sbx_buf_steal(&b);
+    sbx__buf_puts(&b, "(no output)");
+  return sbx__buf_steal(&b);
 }

@@ -23,38 +23,39 @@
  * a stray continuation byte) gives the length of its maximal subpart (Unicode §3.9: what
  * Python's errors='replace' turns into one U+FFFD) and *cp = SBX_UTF8_BAD. Byte i is read only
  * once bytes 0..i-1 were accepted, so a NUL-terminated string may be passed with len 4. */
-size_t sbx_utf8_next(const void *s, size_t len, uint32_t *cp);
+size_t sbx__utf8_next(const void *s, size_t len, uint32_t *cp);
 
-bool sbx_utf8_valid(const char *s, size_t len);
+bool sbx__utf8_valid(const char *s, size_t len);
 /* How many bytes at s are ASCII before the first that is not (eight at a time). */
-size_t sbx_ascii_run(const void *s, size_t len);
+size_t sbx__ascii_run(const void *s, size_t len);
 /* Copy with each maximal invalid sequence replaced by U+FFFD; *outlen gets the length. */
-char *sbx_utf8_sanitize(const char *s, size_t len, size_t *outlen);
+char *sbx__utf8_sanitize(const char *s, size_t len, size_t *outlen);
 /* The same, appended to b. */
-void sbx_buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len);
+void sbx__buf_put_utf8_lossy(sbx_buf_t *b, const char *s, size_t len);
 /* Code points of s as decoded with replacement (each maximal invalid subsequence counts 1). */
-size_t sbx_utf8_count_lossy(const char *s, size_t len);
+size_t sbx__utf8_count_lossy(const char *s, size_t len);
 /* One scan's verdict on a text: pure ASCII, well-formed UTF-8, or not. */
 enum { SBX_TEXT_ASCII, SBX_TEXT_UTF8, SBX_TEXT_INVALID };
-int sbx_text_class(const char *s, size_t len);
+int sbx__text_class(const char *s, size_t len);
 /* True if the string is pure ASCII. */
-bool sbx_str_ascii(const char *s);
+bool sbx__str_ascii(const char *s);
 
 /* Two locales created once for the life of the process (C, and C.UTF-8 or C if the system has
  * none), to switch to per thread with uselocale (never setlocale): fnmatch and regex see code
  * points under the second. */
-locale_t sbx_locale_c(void);
-locale_t sbx_locale_utf8(void);
+locale_t sbx__locale_c(void);
+locale_t sbx__locale_utf8(void);
 
 /* read_file's range: 1-based, inclusive; start < 1 clamps to 1; end <= 0 or start past the end
  * gives ""; with neither bound the text is returned unchanged. Lines split on '\n', a trailing
  * '\r' removed from each, joined with '\n' without a trailing newline. */
-char *sbx_text_line_range(const char *text, size_t len, int64_t start, int64_t end, size_t *outlen);
+char *sbx__text_line_range(const char *text, size_t len, int64_t start, int64_t end,
+                           size_t *outlen);
 
 /* True if key matches ^[A-Za-z_][A-Za-z0-9_]*$. */
-bool sbx_env_key_valid(const char *key, size_t len);
+bool sbx__env_key_valid(const char *key, size_t len);
 /* Checks "KEY=VALUE" strings; on a bad key sets DeerFlow's ValueError text. */
-int sbx_env_check(const char *const *env, size_t n, sbx_error_t *err);
+int sbx__env_check(const char *const *env, size_t n, sbx_error_t *err);
 
 /* What a finished command produced, as execute_command renders it. */
 typedef struct {
@@ -69,10 +70,10 @@ typedef struct {
 } sbx_exec_output_t;
 
 /* The truncation marker appended to a stream whose total exceeded what was kept. */
-char *sbx_exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen);
+char *sbx__exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen);
 /* stdout; then stderr (after "\nStd Error:\n" when stdout is non-empty); then on timeout
  * "Error: command timed out" and "Exit Code: 124" lines, otherwise on a non-zero exit
  * "Exit Code: N"; "(no output)" if empty. Invalid UTF-8 is replaced. */
-char *sbx_exec_render(const sbx_exec_output_t *o);
+char *sbx__exec_render(const sbx_exec_output_t *o);
 
 #endif

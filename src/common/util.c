@@ -109,7 +109,7 @@ char *xasprintf(const char *fmt, ...)
   return r;
 }
 
-void sbx_buf_reserve(sbx_buf_t *b, size_t extra)
+void sbx__buf_reserve(sbx_buf_t *b, size_t extra)
 {
   if (extra > SIZE_MAX - b->len - 1)
     oom();
@@ -124,35 +124,35 @@ void sbx_buf_reserve(sbx_buf_t *b, size_t extra)
   b->data[b->len] = '\0'; /* a string even if nothing is ever appended (steal returns it) */
 }
 
-void sbx_buf_append(sbx_buf_t *b, const void *data, size_t len)
+void sbx__buf_append(sbx_buf_t *b, const void *data, size_t len)
 {
-  sbx_buf_reserve(b, len);
+  sbx__buf_reserve(b, len);
   if (len)
     memcpy(b->data + b->len, data, len);
   b->len += len;
   b->data[b->len] = '\0';
 }
 
-void sbx_buf_puts(sbx_buf_t *b, const char *s)
+void sbx__buf_puts(sbx_buf_t *b, const char *s)
 {
-  sbx_buf_append(b, s, strlen(s));
+  sbx__buf_append(b, s, strlen(s));
 }
 
-void sbx_buf_putc(sbx_buf_t *b, char c)
+void sbx__buf_putc(sbx_buf_t *b, char c)
 {
-  sbx_buf_append(b, &c, 1);
+  sbx__buf_append(b, &c, 1);
 }
 
-void sbx_buf_printf(sbx_buf_t *b, const char *fmt, ...)
+void sbx__buf_printf(sbx_buf_t *b, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
   cleanup_free char *s = xvasprintf(fmt, ap);
   va_end(ap);
-  sbx_buf_puts(b, s);
+  sbx__buf_puts(b, s);
 }
 
-char *sbx_buf_steal(sbx_buf_t *b)
+char *sbx__buf_steal(sbx_buf_t *b)
 {
   if (b->data == NULL)
     return xstrdup("");
@@ -162,28 +162,28 @@ char *sbx_buf_steal(sbx_buf_t *b)
   return r;
 }
 
-void sbx_buf_free(sbx_buf_t *b)
+void sbx__buf_free(sbx_buf_t *b)
 {
   free(b->data);
   b->data = NULL;
   b->len = b->cap = 0;
 }
 
-char *sbx_shell_quote(const char *s)
+char *sbx__shell_quote(const char *s)
 {
   sbx_buf_t b = {0};
-  sbx_buf_putc(&b, '\'');
+  sbx__buf_putc(&b, '\'');
   for (; *s; s++) {
     if (*s == '\'')
-      sbx_buf_puts(&b, "'\\''");
+      sbx__buf_puts(&b, "'\\''");
     else
-      sbx_buf_putc(&b, *s);
+      sbx__buf_putc(&b, *s);
   }
-  sbx_buf_putc(&b, '\'');
-  return sbx_buf_steal(&b);
+  sbx__buf_putc(&b, '\'');
+  return sbx__buf_steal(&b);
 }
 
-void sbx_strv_push_owned(sbx_strv_t *s, char *str)
+void sbx__strv_push_owned(sbx_strv_t *s, char *str)
 {
   if (s->n + 2 > s->cap) {
     s->cap = s->cap ? s->cap * 2 : 8;
@@ -193,12 +193,12 @@ void sbx_strv_push_owned(sbx_strv_t *s, char *str)
   s->v[s->n] = NULL;
 }
 
-void sbx_strv_push(sbx_strv_t *s, const char *str)
+void sbx__strv_push(sbx_strv_t *s, const char *str)
 {
-  sbx_strv_push_owned(s, xstrdup(str));
+  sbx__strv_push_owned(s, xstrdup(str));
 }
 
-void sbx_strv_free(sbx_strv_t *s)
+void sbx__strv_free(sbx_strv_t *s)
 {
   for (size_t i = 0; i < s->n; i++)
     free(s->v[i]);
@@ -207,18 +207,18 @@ void sbx_strv_free(sbx_strv_t *s)
   s->n = s->cap = 0;
 }
 
-int sbx_strcmp_p(const void *a, const void *b)
+int sbx__strcmp_p(const void *a, const void *b)
 {
   return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
-void sbx_strv_sort(sbx_strv_t *s)
+void sbx__strv_sort(sbx_strv_t *s)
 {
   if (s->n > 1)
-    qsort(s->v, s->n, sizeof(char *), sbx_strcmp_p);
+    qsort(s->v, s->n, sizeof(char *), sbx__strcmp_p);
 }
 
-int sbx_write_all(int fd, const void *buf, size_t len)
+int sbx__write_all(int fd, const void *buf, size_t len)
 {
   const char *p = buf;
   while (len > 0) {
@@ -234,7 +234,7 @@ int sbx_write_all(int fd, const void *buf, size_t len)
   return 0;
 }
 
-int sbx_read_exact(int fd, void *buf, size_t len)
+int sbx__read_exact(int fd, void *buf, size_t len)
 {
   char *p = buf;
   while (len > 0) {
@@ -254,7 +254,7 @@ int sbx_read_exact(int fd, void *buf, size_t len)
   return 0;
 }
 
-int sbx_read_file_at(int dirfd, const char *path, size_t max, char **out, size_t *len)
+int sbx__read_file_at(int dirfd, const char *path, size_t max, char **out, size_t *len)
 {
   cleanup_close int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
@@ -266,36 +266,36 @@ int sbx_read_file_at(int dirfd, const char *path, size_t max, char **out, size_t
     if (r < 0) {
       if (errno == EINTR)
         continue;
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       return -1;
     }
     if (r == 0)
       break;
     if (b.len + (size_t) r > max) {
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       errno = EFBIG;
       return -1;
     }
-    sbx_buf_append(&b, tmp, (size_t) r);
+    sbx__buf_append(&b, tmp, (size_t) r);
   }
   if (len)
     *len = b.len;
-  *out = sbx_buf_steal(&b);
+  *out = sbx__buf_steal(&b);
   return 0;
 }
 
-int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
-                      bool durable)
+int sbx__write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
+                       bool durable)
 {
   char suffix[17];
-  if (sbx_random_hex(suffix, 16) < 0)
+  if (sbx__random_hex(suffix, 16) < 0)
     return -1;
   cleanup_free char *tmp = xasprintf("%s.%s.tmp", path, suffix);
   cleanup_close int fd =
       openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
     return -1;
-  if (sbx_write_all(fd, data, len) < 0 || (durable && fsync(fd) < 0)) {
+  if (sbx__write_all(fd, data, len) < 0 || (durable && fsync(fd) < 0)) {
     int saved = errno;
     unlinkat(dirfd, tmp, 0);
     errno = saved;
@@ -310,7 +310,7 @@ int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len,
   return 0;
 }
 
-int sbx_mkdir_p(const char *path, int mode)
+int sbx__mkdir_p(const char *path, int mode)
 {
   /* the common case first: it exists (one stat instead of a mkdir per component) */
   struct stat st;
@@ -336,7 +336,7 @@ int sbx_mkdir_p(const char *path, int mode)
   return 0;
 }
 
-/* How many directory levels sbx_rm_rf_at keeps open. Deeper directories are moved up under
+/* How many directory levels sbx__rm_rf_at keeps open. Deeper directories are moved up under
  * the top directory being removed (a rename in the same tree) instead of being descended into,
  * so a tree of any depth is removed with bounded descriptors, memory and stack: a sandbox can
  * make a tree far deeper than the caller's descriptor limit allows to walk. */
@@ -358,7 +358,7 @@ static void rm_pop(struct rm_level *lv, size_t *depth)
   l->name = NULL;
 }
 
-int sbx_rm_rf_at(int parent, const char *name)
+int sbx__rm_rf_at(int parent, const char *name)
 {
   if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
     return 0;
@@ -448,39 +448,39 @@ int sbx_rm_rf_at(int parent, const char *name)
   return ret;
 }
 
-uint64_t sbx_now_ms(void)
+uint64_t sbx__now_ms(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
-uint64_t sbx_realtime_ms(void)
+uint64_t sbx__realtime_ms(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
-double sbx_realtime_sec(void)
+double sbx__realtime_sec(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-bool sbx_str_has_prefix(const char *s, const char *prefix)
+bool sbx__str_has_prefix(const char *s, const char *prefix)
 {
   return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-bool sbx_str_has_suffix(const char *s, const char *suffix)
+bool sbx__str_has_suffix(const char *s, const char *suffix)
 {
   size_t a = strlen(s), b = strlen(suffix);
   return a >= b && memcmp(s + a - b, suffix, b) == 0;
 }
 
-int sbx_random_hex(char *out, size_t hexlen)
+int sbx__random_hex(char *out, size_t hexlen)
 {
   static const char hex[] = "0123456789abcdef";
   unsigned char raw[32];
@@ -553,7 +553,7 @@ static void sha256_block(uint32_t h[8], const unsigned char *p)
   h[7] += hh;
 }
 
-void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen)
+void sbx__sha256_hex(const void *data, size_t len, char *out, size_t hexlen)
 {
   static const char hex[] = "0123456789abcdef";
   uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
@@ -584,7 +584,7 @@ void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen)
   out[hexlen] = '\0';
 }
 
-int sbx_open_tree_nofollow(const char *path, bool recursive)
+int sbx__open_tree_nofollow(const char *path, bool recursive)
 {
   struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
   int src = (int) syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
@@ -599,14 +599,14 @@ int sbx_open_tree_nofollow(const char *path, bool recursive)
   return tree;
 }
 
-unsigned long long sbx_proc_start_time(long pid)
+unsigned long long sbx__proc_start_time(long pid)
 {
   if (pid <= 0)
     return 0;
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/stat", pid);
   cleanup_free char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, path, 4096, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, path, 4096, &data, NULL) < 0)
     return 0;
   /* the command name may contain spaces and parentheses: fields follow the last ')' */
   char *p = strrchr(data, ')');

@@ -68,16 +68,16 @@ typedef struct {
   size_t cap;
 } sbx_buf_t;
 
-void sbx_buf_reserve(sbx_buf_t *b, size_t extra);
-void sbx_buf_append(sbx_buf_t *b, const void *data, size_t len);
-void sbx_buf_puts(sbx_buf_t *b, const char *s);
-void sbx_buf_putc(sbx_buf_t *b, char c);
-void sbx_buf_printf(sbx_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-char *sbx_buf_steal(sbx_buf_t *b); /* returns the string (never NULL); the buffer is reset */
-void sbx_buf_free(sbx_buf_t *b);
+void sbx__buf_reserve(sbx_buf_t *b, size_t extra);
+void sbx__buf_append(sbx_buf_t *b, const void *data, size_t len);
+void sbx__buf_puts(sbx_buf_t *b, const char *s);
+void sbx__buf_putc(sbx_buf_t *b, char c);
+void sbx__buf_printf(sbx_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *sbx__buf_steal(sbx_buf_t *b); /* returns the string (never NULL); the buffer is reset */
+void sbx__buf_free(sbx_buf_t *b);
 
 /* s as one POSIX shell word: single-quoted, each ' written as '\\''. */
-char *sbx_shell_quote(const char *s);
+char *sbx__shell_quote(const char *s);
 
 /* A NULL-terminated vector of owned strings. */
 typedef struct {
@@ -86,46 +86,46 @@ typedef struct {
   size_t cap;
 } sbx_strv_t;
 
-void sbx_strv_push(sbx_strv_t *s, const char *str);
-void sbx_strv_push_owned(sbx_strv_t *s, char *str);
-void sbx_strv_free(sbx_strv_t *s);
+void sbx__strv_push(sbx_strv_t *s, const char *str);
+void sbx__strv_push_owned(sbx_strv_t *s, char *str);
+void sbx__strv_free(sbx_strv_t *s);
 /* strcmp of two char * elements: a qsort/bsearch comparator for arrays of strings. */
-int sbx_strcmp_p(const void *a, const void *b);
-void sbx_strv_sort(sbx_strv_t *s);
+int sbx__strcmp_p(const void *a, const void *b);
+void sbx__strv_sort(sbx_strv_t *s);
 
 /* I/O loops that retry EINTR and short transfers. Return 0 or -1 with errno set. */
-int sbx_write_all(int fd, const void *buf, size_t len);
+int sbx__write_all(int fd, const void *buf, size_t len);
 /* Reads exactly len bytes; returns 0, or -1 with errno (EPIPE-like EOF reported as ECONNRESET). */
-int sbx_read_exact(int fd, void *buf, size_t len);
+int sbx__read_exact(int fd, void *buf, size_t len);
 
 /* Whole-file helpers relative to a directory fd (AT_FDCWD for plain paths). The read refuses
  * more than max bytes (EFBIG). The write replaces the file atomically (temp + rename), and
  * with durable also survives a power loss (fsync before the rename). */
-int sbx_read_file_at(int dirfd, const char *path, size_t max, char **out, size_t *len);
-int sbx_write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
-                      bool durable);
+int sbx__read_file_at(int dirfd, const char *path, size_t max, char **out, size_t *len);
+int sbx__write_file_at(int dirfd, const char *path, const void *data, size_t len, int mode,
+                       bool durable);
 
 /* Start time of a live process (0 if it is gone or a zombie): with the pid, it identifies a
  * process across pid reuse. */
-unsigned long long sbx_proc_start_time(long pid);
+unsigned long long sbx__proc_start_time(long pid);
 
-int sbx_mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
-int sbx_rm_rf_at(int dirfd, const char *name); /* no symlink following */
+int sbx__mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
+int sbx__rm_rf_at(int dirfd, const char *name); /* no symlink following */
 /* A detached copy (open_tree OPEN_TREE_CLONE, close-on-exec) of the mount tree at path, reached
  * without following any symlink (ELOOP if there is one); recursive copies submounts too. */
-int sbx_open_tree_nofollow(const char *path, bool recursive);
+int sbx__open_tree_nofollow(const char *path, bool recursive);
 
-uint64_t sbx_now_ms(void);      /* CLOCK_MONOTONIC */
-uint64_t sbx_realtime_ms(void); /* CLOCK_REALTIME, ms since the epoch */
-double sbx_realtime_sec(void);
+uint64_t sbx__now_ms(void);      /* CLOCK_MONOTONIC */
+uint64_t sbx__realtime_ms(void); /* CLOCK_REALTIME, ms since the epoch */
+double sbx__realtime_sec(void);
 
-bool sbx_str_has_prefix(const char *s, const char *prefix);
-bool sbx_str_has_suffix(const char *s, const char *suffix);
+bool sbx__str_has_prefix(const char *s, const char *prefix);
+bool sbx__str_has_suffix(const char *s, const char *suffix);
 
 /* Lower-case hex of sha256(data), first hexlen characters (hexlen <= 64). */
-void sbx_sha256_hex(const void *data, size_t len, char *out, size_t hexlen);
+void sbx__sha256_hex(const void *data, size_t len, char *out, size_t hexlen);
 /* hexlen random lower-case hex characters from getrandom(2). */
-int sbx_random_hex(char *out, size_t hexlen);
+int sbx__random_hex(char *out, size_t hexlen);
 
 /* clone(fn, stack_top, flags, arg, pidfd) for a CLONE_VM | CLONE_VFORK child (pidfd is filled
  * with CLONE_PIDFD). A ThreadSanitizer build drops CLONE_VM: TSan models a clone as a fork,

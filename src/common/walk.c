@@ -12,19 +12,19 @@
 #define DENTS_BUF_SIZE (64 * 1024)
 #define DEADLINE_EVERY 256
 
-size_t sbx_walk_limit_plus_one(size_t max_results)
+size_t sbx__walk_limit_plus_one(size_t max_results)
 {
   return max_results == SIZE_MAX ? SIZE_MAX : max_results + 1;
 }
 
 static _Thread_local int search_cancel_fd = -1;
 
-void sbx_search_set_cancel_fd(int fd)
+void sbx__search_set_cancel_fd(int fd)
 {
   search_cancel_fd = fd;
 }
 
-void sbx_walker_init(sbx_walker_t *w, sbx_walk_mode_t mode, uint64_t deadline_ms)
+void sbx__walker_init(sbx_walker_t *w, sbx_walk_mode_t mode, uint64_t deadline_ms)
 {
   memset(w, 0, sizeof *w);
   w->mode = mode;
@@ -43,11 +43,11 @@ static bool peer_gone(int fd)
 
 /* True (and the walk stopped, as timed out) once the deadline has passed or the caller has gone
  * away; the caller's fd is polled at most every SBX_WALK_POLL_MS. */
-bool sbx_walk_deadline_passed(sbx_walker_t *w)
+bool sbx__walk_deadline_passed(sbx_walker_t *w)
 {
   if (w->deadline_ms == 0 && w->cancel_fd < 0)
     return false;
-  uint64_t now = sbx_now_ms();
+  uint64_t now = sbx__now_ms();
   bool over = w->deadline_ms != 0 && now >= w->deadline_ms;
   if (!over && w->cancel_fd >= 0 && now >= w->next_poll_ms) {
     w->next_poll_ms = now + SBX_WALK_POLL_MS;
@@ -60,14 +60,14 @@ bool sbx_walk_deadline_passed(sbx_walker_t *w)
   return over;
 }
 
-bool sbx_walk_deadline_tick(sbx_walker_t *w)
+bool sbx__walk_deadline_tick(sbx_walker_t *w)
 {
   if (++w->ops % DEADLINE_EVERY != 0)
     return false;
-  return sbx_walk_deadline_passed(w);
+  return sbx__walk_deadline_passed(w);
 }
 
-bool sbx_walk_resource_errno(int e)
+bool sbx__walk_resource_errno(int e)
 {
   return e == EMFILE || e == ENFILE || e == ENOMEM;
 }
@@ -133,7 +133,7 @@ static void frame_read(sbx_walker_t *w, sbx_walk_frame_t *f)
     if (r < 0) {
       if (errno == EINTR)
         continue;
-      if (sbx_walk_resource_errno(errno))
+      if (sbx__walk_resource_errno(errno))
         w->incomplete = true;
       break; /* unreadable: keep what was read */
     }
@@ -147,7 +147,7 @@ static void frame_read(sbx_walker_t *w, sbx_walk_frame_t *f)
         continue;
       size_t len = strlen(name);
       bool every = w->mode == SBX_WALK_VISIT; /* every name, of every type */
-      if (!every && sbx_search_ignored_segment(name, len))
+      if (!every && sbx__search_ignored_segment(name, len))
         continue;
       unsigned char type = d->d_type;
       if (type == DT_UNKNOWN) {
@@ -220,7 +220,7 @@ static void frame_pop(sbx_walker_t *w)
   }
 }
 
-void sbx_walker_fini(sbx_walker_t *w)
+void sbx__walker_fini(sbx_walker_t *w)
 {
   while (w->nframes > 0)
     frame_pop(w);
@@ -244,7 +244,7 @@ static void emit_path(sbx_walker_t *w, size_t len, bool slash)
   if (slash)
     s[len++] = '/';
   s[len] = '\0';
-  sbx_strv_push_owned(w->out_strv, s);
+  sbx__strv_push_owned(w->out_strv, s);
   if (++w->found >= w->limit)
     w->stop = true;
 }
@@ -255,8 +255,8 @@ static bool entry_matches(sbx_walker_t *w, size_t level, const sbx_walk_entry_t 
   if (w->pat == NULL)
     return true;
   if (!w->pat->anchored)
-    return sbx_pathpat_match_basename(w->pat, e->name);
-  return sbx_pathpat_step(w->pat, frame_states(w, level), e->name, w->tmp_states) &&
+    return sbx__pathpat_match_basename(w->pat, e->name);
+  return sbx__pathpat_step(w->pat, frame_states(w, level), e->name, w->tmp_states) &&
          w->tmp_states[w->pat->n];
 }
 
@@ -269,7 +269,7 @@ static void dir_visit(sbx_walker_t *w, size_t level)
     for (size_t i = 0; i < w->frames[level].n && !w->stop; i++) {
       const sbx_walk_frame_t *f = &w->frames[level];
       const sbx_walk_entry_t *e = &f->ents[i];
-      if (e->type != DT_DIR || sbx_walk_deadline_tick(w))
+      if (e->type != DT_DIR || sbx__walk_deadline_tick(w))
         continue;
       if (entry_matches(w, level, e))
         emit_path(w, path_set_entry(w, f, e), false);
@@ -280,7 +280,7 @@ static void dir_visit(sbx_walker_t *w, size_t level)
     const sbx_walk_entry_t *e = &f->ents[i];
     if (e->type != DT_REG)
       continue;
-    if (w->mode == SBX_WALK_GREP ? sbx_walk_deadline_passed(w) : sbx_walk_deadline_tick(w))
+    if (w->mode == SBX_WALK_GREP ? sbx__walk_deadline_passed(w) : sbx__walk_deadline_tick(w))
       break;
     if (!entry_matches(w, level, e))
       continue;
@@ -300,11 +300,11 @@ static void descend(sbx_walker_t *w, size_t level, const sbx_walk_entry_t *e)
     w->incomplete = true;
     return;
   }
-  if (sbx_walk_deadline_passed(w))
+  if (sbx__walk_deadline_passed(w))
     return;
   int fd = openat(f->fd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    if (sbx_walk_resource_errno(errno))
+    if (sbx__walk_resource_errno(errno))
       w->incomplete = true;
     return;
   }
@@ -315,13 +315,13 @@ static void descend(sbx_walker_t *w, size_t level, const sbx_walk_entry_t *e)
     dir_visit(w, w->nframes - 1);
 }
 
-void sbx_walk_run(sbx_walker_t *w, int rootfd)
+void sbx__walk_run(sbx_walker_t *w, int rootfd)
 {
   w->dents = xmalloc(DENTS_BUF_SIZE);
   if (w->pat && w->pat->anchored && !w->pat->never) {
     w->states = xmalloc((size_t) (SBX_SEARCH_MAX_DEPTH + 1) * (w->pat->n + 1));
     w->tmp_states = xmalloc(w->pat->n + 1);
-    sbx_pathpat_start(w->pat, frame_states(w, 0));
+    sbx__pathpat_start(w->pat, frame_states(w, 0));
   }
   frame_push(w, rootfd, 0, w->base_len);
   if (w->mode != SBX_WALK_LIST && w->mode != SBX_WALK_VISIT)
@@ -346,7 +346,7 @@ void sbx_walk_run(sbx_walker_t *w, int rootfd)
       continue;
     }
     if (w->mode == SBX_WALK_LIST) {
-      if (sbx_walk_deadline_tick(w))
+      if (sbx__walk_deadline_tick(w))
         break;
       emit_path(w, path_set_entry(w, f, e), e->type == DT_DIR);
       if (!w->stop && e->type == DT_DIR && f->depth + 1 < (size_t) w->max_depth)
@@ -357,7 +357,7 @@ void sbx_walk_run(sbx_walker_t *w, int rootfd)
       continue;
     if (w->states) {
       /* the states after this directory, in the next level's slot; prune dead branches */
-      if (!sbx_pathpat_step(w->pat, frame_states(w, level), e->name, frame_states(w, level + 1)))
+      if (!sbx__pathpat_step(w->pat, frame_states(w, level), e->name, frame_states(w, level + 1)))
         continue;
     }
     descend(w, level, e);
@@ -369,40 +369,40 @@ static int open_root_default(const char *path, int flags)
   return open(path, flags);
 }
 
-int (*sbx_search_open_root)(const char *path, int flags) = open_root_default;
+int (*sbx__search_open_root)(const char *path, int flags) = open_root_default;
 
 /* Opens a list/glob root: following a symlink at the root is fine. */
-int sbx_walk_open_root_dir(const char *root, sbx_error_t *err)
+int sbx__walk_open_root_dir(const char *root, sbx_error_t *err)
 {
   if (root == NULL || root[0] == '\0')
-    return sbx_error_setf(err, ENOENT, SBX_E_NOT_FOUND, "directory not found: %s",
-                          root ? root : "");
-  int fd = sbx_search_open_root(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return sbx__error_setf(err, ENOENT, SBX_E_NOT_FOUND, "directory not found: %s",
+                           root ? root : "");
+  int fd = sbx__search_open_root(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0)
     return fd;
   int e = errno;
   if (e == ENOENT)
-    return sbx_error_setf(err, e, SBX_E_NOT_FOUND, "directory not found: %s", root);
+    return sbx__error_setf(err, e, SBX_E_NOT_FOUND, "directory not found: %s", root);
   if (e == ENOTDIR) {
     struct stat st;
     if (stat(root, &st) == 0 && !S_ISDIR(st.st_mode))
-      return sbx_error_setf(err, e, SBX_E_NOT_DIR, "not a directory: %s", root);
-    return sbx_error_setf(err, ENOENT, SBX_E_NOT_FOUND, "directory not found: %s", root);
+      return sbx__error_setf(err, e, SBX_E_NOT_DIR, "not a directory: %s", root);
+    return sbx__error_setf(err, ENOENT, SBX_E_NOT_FOUND, "directory not found: %s", root);
   }
-  return sbx_make_error(err, e, sbx_errno_kind(e), "cannot open directory %s", root);
+  return sbx__make_error(err, e, sbx__errno_kind(e), "cannot open directory %s", root);
 }
 
 /* The reporting prefix: root without trailing '/' ("/" itself becomes "", so that joining with
  * "/" + name gives "/name"). */
-void sbx_walker_set_base(sbx_walker_t *w, const char *root)
+void sbx__walker_set_base(sbx_walker_t *w, const char *root)
 {
   size_t len = strlen(root);
   while (len > 0 && root[len - 1] == '/')
     len--;
-  sbx_walker_set_base_n(w, root, len);
+  sbx__walker_set_base_n(w, root, len);
 }
 
-void sbx_walker_set_base_n(sbx_walker_t *w, const char *root, size_t len)
+void sbx__walker_set_base_n(sbx_walker_t *w, const char *root, size_t len)
 {
   path_reserve(w, len + 1);
   memcpy(w->path, root, len);
@@ -411,7 +411,7 @@ void sbx_walker_set_base_n(sbx_walker_t *w, const char *root, size_t len)
 }
 
 /* limit+1: drop the extra result, and report truncation. */
-bool sbx_walk_finish_strv(sbx_walker_t *w, sbx_strv_t *out, size_t max_results)
+bool sbx__walk_finish_strv(sbx_walker_t *w, sbx_strv_t *out, size_t max_results)
 {
   bool truncated = w->timed_out || w->incomplete;
   if (w->found > max_results) {

@@ -22,12 +22,12 @@
  * refuses magic links (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), so a root such as
  * /proc/self/fd/N, or a symlink planted to it, never reaches a descriptor sbx-init holds. Set it
  * once, before any thread searches. */
-extern int (*sbx_search_open_root)(const char *path, int flags);
+extern int (*sbx__search_open_root)(const char *path, int flags);
 
 /* The calling thread's searches stop, as at their deadline, once the peer of this connected
  * socket hangs up (polled every 20 ms); -1 (the default) = none. sbx-init sets its client's
  * connection, so a search whose client gave up does not run on. */
-void sbx_search_set_cancel_fd(int fd);
+void sbx__search_set_cancel_fd(int fd);
 
 struct sbx_grep_pattern_s;
 struct sbx_grep_matches_s;
@@ -81,7 +81,7 @@ typedef struct sbx_walker_s {
 
   size_t found;
   unsigned ops;
-  int cancel_fd;          /* the caller's connection (sbx_search_set_cancel_fd), or -1 */
+  int cancel_fd;          /* the caller's connection (sbx__search_set_cancel_fd), or -1 */
   uint64_t next_poll_ms;  /* when cancel_fd is polled next */
   int worker_fd;          /* in a grep worker: where matches go (grep_in_worker), else -1 */
   const char *worker_buf; /* in a grep worker: the buffer record offsets are relative to */
@@ -100,27 +100,27 @@ typedef struct sbx_walker_s {
 
 #define SBX_WALK_POLL_MS 20 /* how often the caller's fd is polled */
 
-/* A walker of a mode, with a deadline (sbx_now_ms clock, 0 = none); the calling thread's
- * cancel fd (sbx_search_set_cancel_fd) is taken. The caller sets limit, pat and the outputs. */
-void sbx_walker_init(sbx_walker_t *w, sbx_walk_mode_t mode, uint64_t deadline_ms);
-void sbx_walker_fini(sbx_walker_t *w);
+/* A walker of a mode, with a deadline (sbx__now_ms clock, 0 = none); the calling thread's
+ * cancel fd (sbx__search_set_cancel_fd) is taken. The caller sets limit, pat and the outputs. */
+void sbx__walker_init(sbx_walker_t *w, sbx_walk_mode_t mode, uint64_t deadline_ms);
+void sbx__walker_fini(sbx_walker_t *w);
 /* The reporting base: root without its trailing '/'s (or its first len bytes). */
-void sbx_walker_set_base(sbx_walker_t *w, const char *root);
-void sbx_walker_set_base_n(sbx_walker_t *w, const char *root, size_t len);
+void sbx__walker_set_base(sbx_walker_t *w, const char *root);
+void sbx__walker_set_base_n(sbx_walker_t *w, const char *root, size_t len);
 /* Walks the tree below rootfd (taken over). */
-void sbx_walk_run(sbx_walker_t *w, int rootfd);
+void sbx__walk_run(sbx_walker_t *w, int rootfd);
 /* True (and the walk stopped, as timed out) once the deadline has passed or the caller has
  * gone away; the caller's fd is polled at most every SBX_WALK_POLL_MS. */
-bool sbx_walk_deadline_passed(sbx_walker_t *w);
+bool sbx__walk_deadline_passed(sbx_walker_t *w);
 /* The same, looked at every 256 calls. */
-bool sbx_walk_deadline_tick(sbx_walker_t *w);
+bool sbx__walk_deadline_tick(sbx_walker_t *w);
 /* EMFILE, ENFILE, ENOMEM: what makes an answer incomplete rather than an entry unreadable. */
-bool sbx_walk_resource_errno(int e);
+bool sbx__walk_resource_errno(int e);
 /* max_results + 1, saturated. */
-size_t sbx_walk_limit_plus_one(size_t max_results);
+size_t sbx__walk_limit_plus_one(size_t max_results);
 /* Opens a list/glob root (a symlink at the root is followed); errors as search.h says. */
-int sbx_walk_open_root_dir(const char *root, sbx_error_t *err);
+int sbx__walk_open_root_dir(const char *root, sbx_error_t *err);
 /* limit+1: drops the extra result; returns whether the answer is truncated. */
-bool sbx_walk_finish_strv(sbx_walker_t *w, sbx_strv_t *out, size_t max_results);
+bool sbx__walk_finish_strv(sbx_walker_t *w, sbx_strv_t *out, size_t max_results);
 
 #endif

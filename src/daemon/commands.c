@@ -17,17 +17,17 @@ static char **shell_argv(const struct box *b, const char *command, sbx_strv_t *a
   const char *image = json_string_value(json_object_get(b->extra, "image"));
   if (image && strcmp(image, "host") != 0) {
     /* an image: its bash if it has one, else its sh */
-    sbx_strv_push(argv, "sh");
-    sbx_strv_push(argv, "-c");
-    sbx_strv_push(argv,
-                  "command -v bash >/dev/null 2>&1 && exec bash -c \"$1\"; exec sh -c \"$1\"");
-    sbx_strv_push(argv, "sh");
-    sbx_strv_push(argv, command);
+    sbx__strv_push(argv, "sh");
+    sbx__strv_push(argv, "-c");
+    sbx__strv_push(argv,
+                   "command -v bash >/dev/null 2>&1 && exec bash -c \"$1\"; exec sh -c \"$1\"");
+    sbx__strv_push(argv, "sh");
+    sbx__strv_push(argv, command);
     return argv->v;
   }
-  sbx_strv_push(argv, srv.shell);
-  sbx_strv_push(argv, "-c");
-  sbx_strv_push(argv, command);
+  sbx__strv_push(argv, srv.shell);
+  sbx__strv_push(argv, "-c");
+  sbx__strv_push(argv, command);
   return argv->v;
 }
 
@@ -48,7 +48,7 @@ static int env_list(json_t *envs, sbx_strv_t *out, const char **bad)
       *bad = "envs values must be strings";
       return -1;
     }
-    sbx_strv_push_owned(out, xasprintf("%s=%s", k, json_string_value(v)));
+    sbx__strv_push_owned(out, xasprintf("%s=%s", k, json_string_value(v)));
   }
   return 0;
 }
@@ -211,7 +211,7 @@ enum MHD_Result h_command_logs(struct req *r)
   }
   sbx_buf_t b = {0};
   if (read_memfd(fd, &b) < 0) {
-    sbx_buf_free(&b);
+    sbx__buf_free(&b);
     return sbxd_error(r, 500, "RUNTIME_ERROR", "read logs: %s", strerror(errno));
   }
   struct MHD_Response *resp =

@@ -58,10 +58,10 @@ static enum MHD_Result op_execute(struct req *r, struct box *b, json_t *body)
     json_object_foreach(env, k, v)
     {
       if (!json_is_string(v)) {
-        sbx_strv_free(&envv);
+        sbx__strv_free(&envv);
         return invalid(r, "env values must be strings");
       }
-      sbx_strv_push_owned(&envv, xasprintf("%s=%s", k, json_string_value(v)));
+      sbx__strv_push_owned(&envv, xasprintf("%s=%s", k, json_string_value(v)));
     }
   o.env = (const char *const *) envv.v;
   o.n_env = envv.n;
@@ -69,7 +69,7 @@ static enum MHD_Result op_execute(struct req *r, struct box *b, json_t *body)
   struct sbx_exec_result res;
   sbx_error_t err = NULL;
   int rc = sbx_execute_command(b->sb, command, &o, &res, &err);
-  sbx_strv_free(&envv);
+  sbx__strv_free(&envv);
   if (rc < 0)
     return sbxd_lib_error(r, &err);
   json_t *j = json_object();
@@ -124,7 +124,7 @@ static enum MHD_Result op_update(struct req *r, struct box *b, json_t *body)
   if (path == NULL || data == NULL)
     return invalid(r, "path and content_base64 must be strings");
   size_t len = 0;
-  cleanup_free unsigned char *bytes = sbx_base64_decode(data, strlen(data), &len);
+  cleanup_free unsigned char *bytes = sbx__base64_decode(data, strlen(data), &len);
   if (bytes == NULL)
     return invalid(r, "content_base64 is not valid base64");
   sbx_error_t err = NULL;
@@ -143,7 +143,7 @@ static enum MHD_Result op_download(struct req *r, struct box *b, json_t *body)
   sbx_error_t err = NULL;
   if (sbx_download_file(b->sb, path, &data, &len, &err) < 0)
     return sbxd_lib_error(r, &err);
-  char *enc = sbx_base64_encode(data, len);
+  char *enc = sbx__base64_encode(data, len);
   free(data);
   json_t *j = json_pack("{s:s,s:I}", "content_base64", enc, "size", (json_int_t) len);
   free(enc);

@@ -398,15 +398,15 @@ static void add_disposition(struct MHD_Response *resp, const char *path)
     v = xasprintf("attachment; filename=\"%s\"", base);
   } else {
     sbx_buf_t b = {0};
-    sbx_buf_puts(&b, "attachment; filename=\"download\"; filename*=UTF-8''");
+    sbx__buf_puts(&b, "attachment; filename=\"download\"; filename*=UTF-8''");
     for (const unsigned char *c = (const unsigned char *) base; *c; c++) {
       if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
           strchr("-._~", *c))
-        sbx_buf_putc(&b, (char) *c);
+        sbx__buf_putc(&b, (char) *c);
       else
-        sbx_buf_printf(&b, "%%%02X", *c);
+        sbx__buf_printf(&b, "%%%02X", *c);
     }
-    v = sbx_buf_steal(&b);
+    v = sbx__buf_steal(&b);
   }
   MHD_add_response_header(resp, "Content-Disposition", v);
 }

@@ -74,13 +74,13 @@ void sbxd_lib_log(int level, const char *msg, void *arg)
 
 int64_t sbxd_now_ms(void)
 {
-  return (int64_t) sbx_realtime_ms();
+  return (int64_t) sbx__realtime_ms();
 }
 
 json_t *sbxd_jstr(const char *s, size_t len)
 {
   size_t n;
-  cleanup_free char *clean = sbx_utf8_sanitize(s, len, &n);
+  cleanup_free char *clean = sbx__utf8_sanitize(s, len, &n);
   json_t *j = json_stringn(clean, n);
   return j ? j : json_string("");
 }

@@ -47,8 +47,8 @@ void job_free(struct job *j)
 {
   free(j->command);
   free(j->cwd);
-  sbx_strv_free(&j->env);
-  sbx_strv_free(&j->argv);
+  sbx__strv_free(&j->env);
+  sbx__strv_free(&j->argv);
   sbxd_lines_free(&j->out);
   sbxd_lines_free(&j->err);
   free(j->state_file);
@@ -259,7 +259,7 @@ int read_memfd(int fd, sbx_buf_t *out)
   off_t size = lseek(fd, 0, SEEK_END);
   if (size < 0 || lseek(fd, 0, SEEK_SET) < 0)
     return -1;
-  sbx_buf_reserve(out, (size_t) size + 1);
+  sbx__buf_reserve(out, (size_t) size + 1);
   char buf[65536];
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
@@ -269,6 +269,6 @@ int read_memfd(int fd, sbx_buf_t *out)
       return -1;
     if (n == 0)
       return 0;
-    sbx_buf_append(out, buf, (size_t) n);
+    sbx__buf_append(out, buf, (size_t) n);
   }
 }

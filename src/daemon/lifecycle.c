@@ -182,11 +182,11 @@ static const char *resolve_image(const char *uri, json_t *auth, char **why)
       return srv.cfg->images[i].target;
   /* an image of the store (sbx image import), else a reference pulled now with image.auth */
   struct sbx_pull_opts po = {0};
-  sbx_pull_opts_from_config(srv.cfg, &po);
+  sbx__pull_opts_from_config(srv.cfg, &po);
   po.username = json_string_value(json_object_get(auth, "username"));
   po.password = json_string_value(json_object_get(auth, "password"));
   sbx_error_t err = NULL;
-  if (sbx_image_ensure(sbx_provider_home(srv.p), uri, &po, &err) < 0) {
+  if (sbx__image_ensure(sbx_provider_home(srv.p), uri, &po, &err) < 0) {
     *why = xstrdup(err->msg);
     sbx_error_release(&err);
     return NULL;
@@ -316,14 +316,14 @@ static const char *create_unsupported(struct create *c, char **msg)
   cleanup_free char *pull_why = NULL;
   if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &pull_why)) == NULL) {
     sbx_buf_t known = {0};
-    sbx_buf_puts(&known, "host");
+    sbx__buf_puts(&known, "host");
     for (size_t i = 0; i < srv.cfg->n_images; i++)
-      sbx_buf_printf(&known, ", %s", srv.cfg->images[i].name);
+      sbx__buf_printf(&known, ", %s", srv.cfg->images[i].name);
     *msg = xasprintf("Image '%s' is not in sbxd's local image store (known: %s); import it with "
                      "`sbx image import` (sbx images lists them) or declare an alias under "
                      "sbxd.images in the configuration (%s).",
                      c->uri, known.data, pull_why ? pull_why : "not found");
-    sbx_buf_free(&known);
+    sbx__buf_free(&known);
     return "SANDBOX::IMAGE_NOT_FOUND";
   }
   if (c->platform) {
@@ -389,14 +389,14 @@ static const char *create_limits_env(struct create *c, char **msg)
   }
   json_object_foreach(c->env, k, v)
   {
-    if (!sbx_env_key_valid(k, strlen(k))) {
+    if (!sbx__env_key_valid(k, strlen(k))) {
       *msg = xasprintf("env key '%s' is not a valid environment variable name (must match "
                        "^[A-Za-z_][A-Za-z0-9_]*$).",
                        k);
       return INVALID_PARAMETER;
     }
     if (json_is_string(v))
-      sbx_strv_push_owned(&c->envv, xasprintf("%s=%s", k, json_string_value(v)));
+      sbx__strv_push_owned(&c->envv, xasprintf("%s=%s", k, json_string_value(v)));
   }
   return NULL;
 }
@@ -406,7 +406,7 @@ static json_t *create_extra(const struct create *c, const struct volumes *vs)
 {
   int64_t now = sbxd_now_ms();
   char token[65];
-  sbx_random_hex(token, 64);
+  sbx__random_hex(token, 64);
   token[64] = '\0';
   json_t *extra = json_object();
   json_object_set_new(extra, "sbxd", json_integer(1));
@@ -520,7 +520,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
   if (code == NULL)
     code = create_limits_env(&c, &msg);
   if (code) {
-    sbx_strv_free(&c.envv);
+    sbx__strv_free(&c.envv);
     return sbxd_error(r, 400, code, "%s", msg);
   }
   struct volumes vs;
@@ -529,12 +529,12 @@ enum MHD_Result h_sandbox_create(struct req *r)
     ret = sbxd_error(r, ve.status, ve.code, "%s", ve.msg);
     free(ve.msg);
     volumes_free(&vs);
-    sbx_strv_free(&c.envv);
+    sbx__strv_free(&c.envv);
     return ret;
   }
   struct box *b = create_sandbox(r, &c, &vs, create_extra(&c, &vs), &ret);
   volumes_free(&vs);
-  sbx_strv_free(&c.envv);
+  sbx__strv_free(&c.envv);
   if (b == NULL)
     return ret;
   if (create_entrypoint(r, b, c.entry, &ret) < 0) {
@@ -594,8 +594,8 @@ enum MHD_Result h_sandbox_list(struct req *r)
       enum MHD_Result ret = sbxd_error(r, 400, "INVALID_METADATA_FORMAT",
                                        "Invalid metadata format: bad query field: '%s'", bad);
       free(bad);
-      sbx_strv_free(&mk);
-      sbx_strv_free(&mv);
+      sbx__strv_free(&mk);
+      sbx__strv_free(&mv);
       return ret;
     }
   }
@@ -628,8 +628,8 @@ enum MHD_Result h_sandbox_list(struct req *r)
   }
   sbx_sandbox_info_free(l.infos, l.n);
   box_list_free(boxes, n);
-  sbx_strv_free(&mk);
-  sbx_strv_free(&mv);
+  sbx__strv_free(&mk);
+  sbx__strv_free(&mv);
   int64_t pages = (total + size - 1) / size;
   json_t *pag = json_pack("{s:I,s:I,s:I,s:I,s:b}", "page", (json_int_t) page, "pageSize",
                           (json_int_t) size, "totalItems", (json_int_t) total, "totalPages",

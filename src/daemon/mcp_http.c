@@ -85,7 +85,7 @@ static struct hsess *sess_get(const char *id)
     h = h->next;
   if (h) {
     h->refs++;
-    h->used_ms = sbx_now_ms();
+    h->used_ms = sbx__now_ms();
   }
   pthread_mutex_unlock(&sess_lock);
   return h;
@@ -137,7 +137,7 @@ static void sess_end(struct hsess *h, const char *why)
 
 static void sweep_idle(void)
 {
-  uint64_t now = sbx_now_ms();
+  uint64_t now = sbx__now_ms();
   for (;;) {
     pthread_mutex_lock(&sess_lock);
     struct hsess *due = sessions;
@@ -183,18 +183,18 @@ static void capture(void *arg, const char *json, size_t len)
 {
   sbx_buf_t *b = arg;
   if (b->len == 0) /* a request has one answer */
-    sbx_buf_append(b, json, len);
+    sbx__buf_append(b, json, len);
 }
 
 static void sse_send(void *arg, const char *json, size_t len)
 {
   struct stream *s = arg;
   sbx_buf_t b = {0};
-  sbx_buf_puts(&b, "event: message\ndata: ");
-  sbx_buf_append(&b, json, len);
-  sbx_buf_puts(&b, "\n\n");
+  sbx__buf_puts(&b, "event: message\ndata: ");
+  sbx__buf_append(&b, json, len);
+  sbx__buf_puts(&b, "\n\n");
   stream_raw(s, b.data, b.len);
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
 }
 
 /* ---- requests ---- */
@@ -263,7 +263,7 @@ static enum MHD_Result initialize(struct req *r, struct mcp_msg *m)
   }
   sweep_idle();
   struct hsess *h = xzalloc(sizeof *h);
-  sbx_random_hex(h->id, 32);
+  sbx__random_hex(h->id, 32);
   h->id[32] = '\0';
   struct mcp_host host = {.acquire = host_acquire,
                           .release = host_release,
@@ -272,10 +272,10 @@ static enum MHD_Result initialize(struct req *r, struct mcp_msg *m)
                           .image = srv.cfg->image};
   h->ms = mcp_session_new(&host, user, thread);
   h->refs = 1;
-  h->used_ms = sbx_now_ms();
+  h->used_ms = sbx__now_ms();
   sbx_buf_t out = {0};
   mcp_handle(h->ms, m, capture, &out);
-  char *body = sbx_buf_steal(&out);
+  char *body = sbx__buf_steal(&out);
   if (mcp_session_protocol(h->ms) == NULL) {
     sess_put(h); /* a failed initialize opens no session */
     return send_body(r, 400, "application/json", body, NULL);
@@ -341,7 +341,7 @@ static enum MHD_Result on_post(struct req *r)
   sess_put(h);
   if (out.len == 0) /* cancelled: no response, as the spec asks */
     return send_body(r, 202, NULL, NULL, NULL);
-  return send_body(r, 200, "application/json", sbx_buf_steal(&out), NULL);
+  return send_body(r, 200, "application/json", sbx__buf_steal(&out), NULL);
 }
 
 static bool origin_ok(struct req *r)

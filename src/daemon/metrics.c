@@ -13,7 +13,7 @@ static json_t *metrics_json(struct box *b, sbx_error_t *err)
   struct sbx_metrics m;
   if (sbx_metrics(b->sb, &m, err) < 0)
     return NULL;
-  uint64_t now = sbx_now_ms();
+  uint64_t now = sbx__now_ms();
   pthread_mutex_lock(&b->lock);
   double prev = b->cpu_prev_s;
   uint64_t prev_at = b->cpu_prev_at;
@@ -26,7 +26,7 @@ static json_t *metrics_json(struct box *b, sbx_error_t *err)
     nanosleep(&ts, NULL);
     if (sbx_metrics(b->sb, &m, err) < 0)
       return NULL;
-    now = sbx_now_ms();
+    now = sbx__now_ms();
   }
   double elapsed = (double) (now - prev_at) / 1000.0;
   double pct =

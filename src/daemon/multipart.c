@@ -38,16 +38,16 @@ static char *param_value(const char **p)
     while (*s && *s != '"') {
       if (*s == '\\' && s[1])
         s++;
-      sbx_buf_putc(&b, *s++);
+      sbx__buf_putc(&b, *s++);
     }
     if (*s == '"')
       s++;
   } else {
     while (*s && *s != ';' && *s != ' ' && *s != '\t')
-      sbx_buf_putc(&b, *s++);
+      sbx__buf_putc(&b, *s++);
   }
   *p = s;
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 static void parse_disposition(struct sbxd_mp_part *part, const char *v)
@@ -146,13 +146,13 @@ void sbxd_mp_init(struct sbxd_mp *mp, const char *boundary, const struct sbxd_mp
   mp->cb = cb;
   mp->arg = arg;
   mp->state = MP_PREAMBLE;
-  sbx_buf_append(&mp->buf, "\r\n", 2);
+  sbx__buf_append(&mp->buf, "\r\n", 2);
 }
 
 void sbxd_mp_free(struct sbxd_mp *mp)
 {
   free(mp->delim);
-  sbx_buf_free(&mp->buf);
+  sbx__buf_free(&mp->buf);
   part_clear(&mp->part);
   memset(mp, 0, sizeof *mp);
 }
@@ -250,7 +250,7 @@ int sbxd_mp_feed(struct sbxd_mp *mp, const char *data, size_t len)
     return SBXD_MP_BAD;
   if (mp->state == MP_EPILOGUE)
     return SBXD_MP_OK;
-  sbx_buf_append(&mp->buf, data, len);
+  sbx__buf_append(&mp->buf, data, len);
   size_t off = 0;
   int r;
   while ((r = step(mp, &off)) == 1)

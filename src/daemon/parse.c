@@ -349,7 +349,7 @@ static int hexval(char c)
 char *sbxd_url_decode(const char *s, size_t len, bool plus)
 {
   sbx_buf_t b = {0};
-  sbx_buf_reserve(&b, len + 1);
+  sbx__buf_reserve(&b, len + 1);
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
     if (c == '%' && i + 2 < len && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
@@ -359,12 +359,12 @@ char *sbxd_url_decode(const char *s, size_t len, bool plus)
       c = ' ';
     }
     if (c == '\0') {
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       return NULL;
     }
-    sbx_buf_putc(&b, c);
+    sbx__buf_putc(&b, c);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 int sbxd_parse_qsl(const char *s, sbx_strv_t *keys, sbx_strv_t *values, char **bad)
@@ -387,8 +387,8 @@ int sbxd_parse_qsl(const char *s, sbx_strv_t *keys, sbx_strv_t *values, char **b
       *bad = xstrndup(p, n);
       return -1;
     }
-    sbx_strv_push_owned(keys, k);
-    sbx_strv_push_owned(values, v);
+    sbx__strv_push_owned(keys, k);
+    sbx__strv_push_owned(values, v);
     if (amp == NULL)
       return 0;
     p = amp + 1;
@@ -422,17 +422,17 @@ char *sbxd_path_clean(const char *path)
       }
       continue;
     }
-    sbx_strv_push(&segs, tok);
+    sbx__strv_push(&segs, tok);
   }
   sbx_buf_t b = {0};
   for (size_t i = 0; i < segs.n; i++) {
-    sbx_buf_putc(&b, '/');
-    sbx_buf_puts(&b, segs.v[i]);
+    sbx__buf_putc(&b, '/');
+    sbx__buf_puts(&b, segs.v[i]);
   }
   if (b.len == 0)
-    sbx_buf_putc(&b, '/');
-  sbx_strv_free(&segs);
-  return sbx_buf_steal(&b);
+    sbx__buf_putc(&b, '/');
+  sbx__strv_free(&segs);
+  return sbx__buf_steal(&b);
 }
 
 /* ---- Range ---- */
@@ -510,8 +510,8 @@ int sbxd_range_parse(const char *header, uint64_t size, uint64_t *offset, uint64
 void sbxd_http_head_free(struct sbxd_http_head *h)
 {
   free(h->reason);
-  sbx_strv_free(&h->names);
-  sbx_strv_free(&h->values);
+  sbx__strv_free(&h->names);
+  sbx__strv_free(&h->values);
   memset(h, 0, sizeof *h);
 }
 
@@ -601,8 +601,8 @@ int sbxd_http_head_parse(const char *buf, size_t len, size_t max, struct sbxd_ht
       h->has_length = true;
       h->length = cl;
     }
-    sbx_strv_push_owned(&h->names, name);
-    sbx_strv_push_owned(&h->values, value);
+    sbx__strv_push_owned(&h->names, name);
+    sbx__strv_push_owned(&h->values, value);
     p = eol + 1;
   }
   if (h->chunked)
@@ -752,7 +752,7 @@ void sbxd_lines_feed(struct sbxd_lines *l, const char *data, size_t len, sbxd_li
     while (j < len && data[j] != '\n' && data[j] != '\r')
       j++;
     if (j > i)
-      sbx_buf_append(&l->part, data + i, j - i);
+      sbx__buf_append(&l->part, data + i, j - i);
     while (l->part.len >= max) {
       size_t cut = utf8_cut(l->part.data, max);
       if (cut == 0)
@@ -785,7 +785,7 @@ void sbxd_lines_flush(struct sbxd_lines *l, sbxd_line_fn fn, void *arg)
 
 void sbxd_lines_free(struct sbxd_lines *l)
 {
-  sbx_buf_free(&l->part);
+  sbx__buf_free(&l->part);
 }
 
 bool sbxd_secret_equal(const char *a, const char *b)

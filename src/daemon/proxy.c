@@ -40,7 +40,7 @@ static void proxy_free(struct proxy *p)
   if (p->b)
     box_put(p->b);
   sbxd_http_head_free(&p->head);
-  sbx_buf_free(&p->buf);
+  sbx__buf_free(&p->buf);
   free(p);
 }
 
@@ -112,7 +112,7 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
   if (strpbrk(key, "\r\n:") || (value && strpbrk(value, "\r\n")))
     return MHD_YES;
-  sbx_buf_printf(b, "%s: %s\r\n", key, value ? value : "");
+  sbx__buf_printf(b, "%s: %s\r\n", key, value ? value : "");
   return MHD_YES;
 }
 
@@ -213,7 +213,7 @@ static ssize_t proxy_read(void *cls, uint64_t pos, char *out, size_t max)
       memmove(p->buf.data, p->buf.data + p->raw, tail);
     p->buf.len = tail;
     p->raw = p->off = p->dec_end = 0;
-    sbx_buf_reserve(&p->buf, 65536);
+    sbx__buf_reserve(&p->buf, 65536);
     ssize_t n = recv_some(p->fd, p->buf.data + p->buf.len, 65536);
     if (n < 0)
       return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -246,7 +246,7 @@ static enum MHD_Result proxy_done(struct req *r)
     int rc;
     while ((rc = sbxd_http_head_parse(p->buf.data ? p->buf.data : "", p->buf.len, HEAD_MAX,
                                       &p->head)) == 0) {
-      sbx_buf_reserve(&p->buf, 65536);
+      sbx__buf_reserve(&p->buf, 65536);
       ssize_t n = recv_some(p->fd, p->buf.data + p->buf.len, 65536);
       if (n <= 0)
         return bad_gateway(r, n == 0 ? "the connection closed before a response"
@@ -317,25 +317,26 @@ enum MHD_Result sbxd_proxy_begin(struct req *r)
   p->fd = fd;
   p->b = box_ref(r->box);
   sbx_buf_t head = {0};
-  sbx_buf_printf(&head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n", r->method, r->raw_sub, r->port);
+  sbx__buf_printf(&head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n", r->method, r->raw_sub,
+                  r->port);
   MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &head);
   cleanup_free char *ip = client_ip(r);
   cleanup_free char *host = sbxd_public_host(r, srv.listen);
-  sbx_buf_printf(&head,
-                 "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: %s\r\n", ip,
-                 host);
+  sbx__buf_printf(&head,
+                  "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: %s\r\n", ip,
+                  host);
   const char *cl = sbxd_header(r, "Content-Length");
   const char *te = sbxd_header(r, "Transfer-Encoding");
   int64_t len;
   if (cl && sbxd_parse_i64(cl, &len) && len >= 0)
-    sbx_buf_printf(&head, "Content-Length: %lld\r\n", (long long) len);
+    sbx__buf_printf(&head, "Content-Length: %lld\r\n", (long long) len);
   else if (te && strcasestr(te, "chunked")) {
-    sbx_buf_puts(&head, "Transfer-Encoding: chunked\r\n");
+    sbx__buf_puts(&head, "Transfer-Encoding: chunked\r\n");
     p->chunked_req = true;
   }
-  sbx_buf_puts(&head, "Connection: close\r\n\r\n");
+  sbx__buf_puts(&head, "Connection: close\r\n\r\n");
   int rc = sbxd_send_all(fd, head.data, head.len, IDLE_MS);
-  sbx_buf_free(&head);
+  sbx__buf_free(&head);
   if (rc < 0) {
     proxy_free(p);
     return bad_gateway(r, "cannot send the request");

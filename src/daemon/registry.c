@@ -57,8 +57,8 @@ static void box_free(struct box *b)
 {
   session_free_all(b);
   json_decref(b->extra);
-  sbx_strv_free(&b->users);
-  sbx_strv_free(&b->groups);
+  sbx__strv_free(&b->users);
+  sbx__strv_free(&b->groups);
   pthread_mutex_destroy(&b->lock);
   free(b);
 }
@@ -135,7 +135,7 @@ struct box *box_add(sbx_sandbox_t *sb, int kind, json_t *extra)
   if (tok && strlen(tok) == 64) {
     snprintf(b->token, sizeof b->token, "%s", tok);
   } else {
-    sbx_random_hex(b->token, 64);
+    sbx__random_hex(b->token, 64);
     b->token[64] = '\0';
   }
   b->created_ms = json_ms(json_object_get(b->extra, "createdAt"));
@@ -464,7 +464,7 @@ static void load_names(struct box *b, const char *file, sbx_strv_t *out)
     if (f2 == NULL)
       continue;
     *f1 = '\0';
-    sbx_strv_push_owned(out, xasprintf("%s:%ld", line, strtol(f2 + 1, NULL, 10)));
+    sbx__strv_push_owned(out, xasprintf("%s:%ld", line, strtol(f2 + 1, NULL, 10)));
   }
 }
 
@@ -483,8 +483,8 @@ char *box_owner_name(struct box *b, unsigned id, bool group)
       b->groups = groups;
       b->names_loaded = true;
     } else {
-      sbx_strv_free(&users);
-      sbx_strv_free(&groups);
+      sbx__strv_free(&users);
+      sbx__strv_free(&groups);
     }
     pthread_mutex_unlock(&b->lock);
   }
@@ -494,7 +494,7 @@ char *box_owner_name(struct box *b, unsigned id, bool group)
   char want[24];
   snprintf(want, sizeof want, ":%u", id);
   for (size_t i = 0; i < v->n && name == NULL; i++)
-    if (sbx_str_has_suffix(v->v[i], want))
+    if (sbx__str_has_suffix(v->v[i], want))
       name = xstrndup(v->v[i], strlen(v->v[i]) - strlen(want));
   pthread_mutex_unlock(&b->lock);
   return name ? name : xasprintf("%u", id);

@@ -226,7 +226,7 @@ static void split_path(const char *url, sbx_strv_t *seg)
     while (*e && *e != '/')
       e++;
     if (e > p)
-      sbx_strv_push_owned(seg, xstrndup(p, (size_t) (e - p)));
+      sbx__strv_push_owned(seg, xstrndup(p, (size_t) (e - p)));
     p = e;
   }
 }
@@ -390,16 +390,16 @@ enum MHD_Result sbxd_route(struct req *r)
   enum MHD_Result ret;
   if (prefix && !traversal) {
     ret = endpoint(r, s, base, prefix);
-    sbx_strv_free(&seg);
+    sbx__strv_free(&seg);
     return ret;
   }
 
   sbx_buf_t path = {0};
   for (size_t i = 0; i < n; i++)
-    sbx_buf_printf(&path, "/%s", s[i]);
+    sbx__buf_printf(&path, "/%s", s[i]);
   if (n == 0)
-    sbx_buf_puts(&path, "/");
-  sbx_strv_free(&seg);
+    sbx__buf_puts(&path, "/");
+  sbx__strv_free(&seg);
   bool known;
   const struct route *rt = find(API, base == 1, r->method, path.data, &known);
   if (!(rt && (rt->flags & ROUTE_NO_AUTH)) && srv.api_key && !api_key_ok(r))
@@ -411,6 +411,6 @@ enum MHD_Result sbxd_route(struct req *r)
                      r->url);
   else
     ret = sbxd_error(r, 404, "GENERAL::NOT_FOUND", "Not Found: %s %s", r->method, r->url);
-  sbx_buf_free(&path);
+  sbx__buf_free(&path);
   return ret;
 }

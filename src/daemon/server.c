@@ -28,7 +28,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
   struct req *r = xzalloc(sizeof *r);
   r->conn = conn;
   r->raw_uri = xstrdup(uri ? uri : "/");
-  r->t0 = sbx_now_ms();
+  r->t0 = sbx__now_ms();
   return r;
 }
 
@@ -41,7 +41,7 @@ static void set_request_id(struct req *r)
   if (ok) {
     snprintf(r->rid, sizeof r->rid, "%s", h);
   } else {
-    sbx_random_hex(r->rid, 32);
+    sbx__random_hex(r->rid, 32);
     r->rid[32] = '\0';
   }
 }
@@ -88,7 +88,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       if (r->on_body(r, upload_data, n) < 0)
         r->on_body = NULL; /* the consumer failed; it answers in done() */
     } else if (!r->body_too_big) {
-      sbx_buf_append(&r->body, upload_data, n);
+      sbx__buf_append(&r->body, upload_data, n);
     }
     return MHD_YES;
   }
@@ -121,7 +121,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     json_object_set_new(f, "method", json_string(r->method ? r->method : ""));
     json_object_set_new(f, "path", sbxd_jstr(path, strlen(path)));
     json_object_set_new(f, "status", json_integer(r->status));
-    json_object_set_new(f, "ms", json_integer((json_int_t) (sbx_now_ms() - r->t0)));
+    json_object_set_new(f, "ms", json_integer((json_int_t) (sbx__now_ms() - r->t0)));
     json_object_set_new(f, "completed", json_boolean(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK));
     sbxd_log_json(SBXD_INFO, "request", f);
   }
@@ -129,7 +129,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     box_put(r->box);
   for (size_t i = 0; i < r->n_param; i++)
     free(r->param[i].value);
-  sbx_buf_free(&r->body);
+  sbx__buf_free(&r->body);
   free(r->raw_sub);
   free(r->raw_uri);
   free(r);

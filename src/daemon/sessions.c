@@ -15,7 +15,7 @@
 static char *uuid4(void)
 {
   char h[33];
-  sbx_random_hex(h, 32);
+  sbx__random_hex(h, 32);
   h[12] = '4';
   h[16] = "89ab"[(h[16] >= 'a' ? h[16] - 'a' + 10 : h[16] - '0') & 3];
   return xasprintf("%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
@@ -61,7 +61,7 @@ static bool persisted_key(const char *k)
   for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
     if (strcmp(k, skip[i]) == 0)
       return false;
-  return sbx_env_key_valid(k, strlen(k));
+  return sbx__env_key_valid(k, strlen(k));
 }
 
 /* Reads the state the run's EXIT trap left: the cwd, then NUL-separated KEY=VALUE. */
@@ -72,7 +72,7 @@ static void session_update(struct job *j)
     return;
   sbx_buf_t b = {0};
   if (read_memfd(fd, &b) < 0 || b.len == 0 || memchr(b.data, '\0', b.len) == NULL) {
-    sbx_buf_free(&b);
+    sbx__buf_free(&b);
     return;
   }
   json_t *env = json_object();
@@ -104,7 +104,7 @@ static void session_update(struct job *j)
   }
   pthread_mutex_unlock(&j->b->lock);
   json_decref(env);
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
 }
 
 enum MHD_Result h_session_run(struct req *r)
@@ -139,51 +139,52 @@ enum MHD_Result h_session_run(struct req *r)
     const char *key;
     json_t *v;
     json_object_foreach(s->env, key, v) keys[k++] = key;
-    qsort(keys, k, sizeof *keys, sbx_strcmp_p);
+    qsort(keys, k, sizeof *keys, sbx__strcmp_p);
     for (size_t i = 0; i < k; i++) {
-      cleanup_free char *q = sbx_shell_quote(json_string_value(json_object_get(s->env, keys[i])));
-      sbx_buf_printf(&script, "export %s=%s\n", keys[i], q);
+      cleanup_free char *q = sbx__shell_quote(json_string_value(json_object_get(s->env, keys[i])));
+      sbx__buf_printf(&script, "export %s=%s\n", keys[i], q);
     }
     free(keys);
     const char *dir = run_cwd ? run_cwd : s->cwd;
     if (dir) {
-      cleanup_free char *q = sbx_shell_quote(dir);
-      sbx_buf_printf(&script, "cd %s\n", q);
+      cleanup_free char *q = sbx__shell_quote(dir);
+      sbx__buf_printf(&script, "cd %s\n", q);
     }
   }
   pthread_mutex_unlock(&r->box->lock);
   if (s == NULL) {
-    sbx_buf_free(&script);
+    sbx__buf_free(&script);
     job_free(j);
     return sbxd_error(r, 404, "CONTEXT_NOT_FOUND", "session %s not found", sid);
   }
   j->state_file = state_path(sid);
-  cleanup_free char *qstate = sbx_shell_quote(j->state_file);
-  sbx_buf_printf(&script,
-                 "__sbxd_save() { { printf '%%s\\0' \"$PWD\"; /usr/bin/env -0; } > %s 2>/dev/null; "
-                 "}\ntrap __sbxd_save EXIT\n%s\n",
-                 qstate, command);
+  cleanup_free char *qstate = sbx__shell_quote(j->state_file);
+  sbx__buf_printf(
+      &script,
+      "__sbxd_save() { { printf '%%s\\0' \"$PWD\"; /usr/bin/env -0; } > %s 2>/dev/null; "
+      "}\ntrap __sbxd_save EXIT\n%s\n",
+      qstate, command);
   snprintf(j->session, sizeof j->session, "%s", sid);
   j->merge = true;
   j->on_exit = session_update;
-  sbx_strv_push(&j->argv, "bash");
-  sbx_strv_push(&j->argv, "--noprofile");
-  sbx_strv_push(&j->argv, "--norc");
+  sbx__strv_push(&j->argv, "bash");
+  sbx__strv_push(&j->argv, "--noprofile");
+  sbx__strv_push(&j->argv, "--norc");
   if (script.len < SCRIPT_ARG_MAX) {
-    sbx_strv_push(&j->argv, "-c");
-    sbx_strv_push(&j->argv, script.data);
+    sbx__strv_push(&j->argv, "-c");
+    sbx__strv_push(&j->argv, script.data);
   } else {
     /* too long for one argument: hand bash a script file */
     cleanup_free char *path = xasprintf("%s.sh", j->state_file);
     sbx_error_t err = NULL;
     if (sbx_write_file_mode(r->box->sb, path, script.data, script.len, -1, 0600, &err) < 0) {
-      sbx_buf_free(&script);
+      sbx__buf_free(&script);
       job_free(j);
       return sbxd_lib_error(r, &err);
     }
-    sbx_strv_push(&j->argv, path);
+    sbx__strv_push(&j->argv, path);
   }
-  sbx_buf_free(&script);
+  sbx__buf_free(&script);
   return job_run(r, j);
 }
 

@@ -50,7 +50,7 @@ struct stream *stream_new(void)
   pthread_cond_init(&s->cond, &ca);
   pthread_condattr_destroy(&ca);
   s->refs = 1;
-  s->last_sent = sbx_now_ms();
+  s->last_sent = sbx__now_ms();
   return s;
 }
 
@@ -61,7 +61,7 @@ void stream_unref(struct stream *s)
   pthread_mutex_unlock(&s->lock);
   if (!last)
     return;
-  sbx_buf_free(&s->q);
+  sbx__buf_free(&s->q);
   sbx_error_release(&s->start_err);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
@@ -80,7 +80,7 @@ static void enqueue_locked(struct stream *s, const char *data, size_t len)
     s->q.len = 0;
     s->off = 0;
   }
-  sbx_buf_append(&s->q, data, len);
+  sbx__buf_append(&s->q, data, len);
   pthread_cond_broadcast(&s->cond);
 }
 
@@ -142,8 +142,8 @@ void stream_finish(struct stream *s)
     char *t = event_text("stderr", f);
     if (t) {
       s->q.len = s->off = 0; /* make room: the note must get through */
-      sbx_buf_append(&s->q, t, strlen(t));
-      sbx_buf_append(&s->q, "\n\n", 2);
+      sbx__buf_append(&s->q, t, strlen(t));
+      sbx__buf_append(&s->q, "\n\n", 2);
       free(t);
     }
   }
@@ -172,7 +172,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
       s->off += n;
       if (s->off == s->q.len)
         s->q.len = s->off = 0;
-      s->last_sent = sbx_now_ms();
+      s->last_sent = sbx__now_ms();
       pthread_mutex_unlock(&s->lock);
       return (ssize_t) n;
     }
@@ -184,12 +184,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
       pthread_mutex_unlock(&s->lock);
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    uint64_t now = sbx_now_ms();
+    uint64_t now = sbx__now_ms();
     if (s->ping && now - s->last_sent >= SBXD_PING_INTERVAL_MS) {
       char *t = event_text("ping", json_pack("{s:s}", "text", "pong"));
       if (t) {
-        sbx_buf_append(&s->q, t, strlen(t));
-        sbx_buf_append(&s->q, "\n\n", 2);
+        sbx__buf_append(&s->q, t, strlen(t));
+        sbx__buf_append(&s->q, "\n\n", 2);
         free(t);
       }
       continue;
@@ -208,7 +208,7 @@ static void stream_free_cb(void *cls)
   struct stream *s = cls;
   pthread_mutex_lock(&s->lock);
   s->detached = true;
-  sbx_buf_free(&s->q);
+  sbx__buf_free(&s->q);
   s->off = 0;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
@@ -260,14 +260,14 @@ int stream_wait_start(struct stream *s, sbx_error_t *err)
   /* bounded: a sandbox that never answers (frozen, overloaded) must not hold this connection
    * thread (and MHD_stop_daemon, which joins it) forever; libsbx gives up on a silent start
    * within 30 s, this is the backstop */
-  uint64_t give_up = sbx_now_ms() + 60000;
+  uint64_t give_up = sbx__now_ms() + 60000;
   pthread_mutex_lock(&s->lock);
   while (s->start_state == 0) {
-    if (atomic_load(&srv.stopping) || sbx_now_ms() >= give_up) {
+    if (atomic_load(&srv.stopping) || sbx__now_ms() >= give_up) {
       s->start_state = -1;
-      sbx_make_error(&s->start_err, ETIMEDOUT, SBX_E_TIMEOUT,
-                     atomic_load(&srv.stopping) ? "sbxd is stopping"
-                                                : "the command did not start within 60 s");
+      sbx__make_error(&s->start_err, ETIMEDOUT, SBX_E_TIMEOUT,
+                      atomic_load(&srv.stopping) ? "sbxd is stopping"
+                                                 : "the command did not start within 60 s");
       break;
     }
     struct timespec ts;

@@ -202,12 +202,12 @@ static int on_part_data(void *arg, const char *data, size_t len)
               xasprintf("metadata is larger than %u bytes", META_MAX));
       return 0;
     }
-    sbx_buf_append(&u->meta_buf, data, len);
+    sbx__buf_append(&u->meta_buf, data, len);
   } else if (u->part == 2 && u->w && !u->w->broken) {
     if (sbxd_send_all(u->w->wr, data, len, -1) < 0)
       u->w->broken = true; /* the writer failed; its error is reported at the part's end */
   } else if (u->part == 2 && u->spool_fd >= 0) {
-    if (sbx_write_all(u->spool_fd, data, len) < 0)
+    if (sbx__write_all(u->spool_fd, data, len) < 0)
       up_fail(u, 500, "RUNTIME_ERROR", xasprintf("cannot spool the upload: %s", strerror(errno)));
   }
   return 0;
@@ -310,7 +310,7 @@ static void up_cleanup(struct upload *u)
   for (size_t i = 0; i < u->n_metas; i++)
     meta_free(&u->metas[i]);
   free(u->metas);
-  sbx_buf_free(&u->meta_buf);
+  sbx__buf_free(&u->meta_buf);
   sbxd_mp_free(&u->mp);
   free(u->code);
   free(u->msg);

@@ -149,12 +149,12 @@ static int volume_source(json_t *v, const char *name, char **root, char **rel,
     if (*root == NULL) {
       sbx_buf_t allowed = {0};
       for (size_t k = 0; k < srv.cfg->n_volume_roots; k++)
-        sbx_buf_printf(&allowed, "%s'%s'", k ? ", " : "", srv.cfg->volume_roots[k]);
+        sbx__buf_printf(&allowed, "%s'%s'", k ? ", " : "", srv.cfg->volume_roots[k]);
       fail(e, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
            xasprintf("Host path '%s' is not under any allowed prefix. Allowed prefixes: [%s] "
                      "(sbxd.volume_roots)",
                      hp, allowed.data ? allowed.data : ""));
-      sbx_buf_free(&allowed);
+      sbx__buf_free(&allowed);
       return -1;
     }
     return 0;
@@ -256,7 +256,7 @@ static int volumes_open(json_t *vols, struct volumes *out, struct volume_error *
       cleanup_free char *root = xstrndup(m->host_path, (size_t) (nl - m->host_path));
       cleanup_free char *clean_rel = sbxd_path_clean(*(nl + 1) ? nl + 1 : "/");
       bool named =
-          sbx_str_has_prefix(root, srv.home) && strcmp(root + strlen(srv.home), "/volumes") == 0;
+          sbx__str_has_prefix(root, srv.home) && strcmp(root + strlen(srv.home), "/volumes") == 0;
       if (create && named && mkdir(root, 0711) < 0 && errno != EEXIST)
         return fail(e, 500, "VOLUME::HOST_PATH_CREATE_FAILED",
                     xasprintf("cannot create '%s': %s", root, strerror(errno)));

@@ -80,13 +80,13 @@ static char *show(const char *s, size_t len)
   for (size_t i = 0; i < lim; i++) {
     unsigned char ch = (unsigned char) s[i];
     if (ch < 0x20 || ch == 0x7f)
-      sbx_buf_printf(&b, "\\x%02x", ch);
+      sbx__buf_printf(&b, "\\x%02x", ch);
     else
-      sbx_buf_putc(&b, (char) ch);
+      sbx__buf_putc(&b, (char) ch);
   }
   if (lim < len)
-    sbx_buf_puts(&b, "...");
-  return sbx_buf_steal(&b);
+    sbx__buf_puts(&b, "...");
+  return sbx__buf_steal(&b);
 }
 
 static char *show_str(const char *s)
@@ -114,13 +114,13 @@ struct builder {
 static void path_append_key(sbx_buf_t *p, const struct node *key)
 {
   if (p->len > 0)
-    sbx_buf_putc(p, '.');
+    sbx__buf_putc(p, '.');
   if (key->type != NODE_SCALAR) {
-    sbx_buf_putc(p, '?');
+    sbx__buf_putc(p, '?');
     return;
   }
   cleanup_free char *k = show(key->text, key->len);
-  sbx_buf_puts(p, k);
+  sbx__buf_puts(p, k);
 }
 
 /* The dotted path of the node being built at the top of the stack. */
@@ -130,21 +130,21 @@ static char *builder_path(const struct builder *b)
   for (size_t i = 0; i < b->depth; i++) {
     const struct node *c = b->stack[i];
     if (c->type == NODE_SEQ)
-      sbx_buf_printf(&p, "[%zu]", c->n);
+      sbx__buf_printf(&p, "[%zu]", c->n);
     else if (c->n % 2 == 1)
       path_append_key(&p, c->kids[c->n - 1]);
     else
       break; /* a complex key is being built */
   }
-  return sbx_buf_steal(&p);
+  return sbx__buf_steal(&p);
 }
 
 static int builder_error(struct builder *b, size_t line, const char *path, const char *msg)
 {
   if (path != NULL && *path != '\0')
-    sbx_make_error(b->err, 0, SBX_E_CONFIG, "%s:%zu: %s: %s", b->name, line, path, msg);
+    sbx__make_error(b->err, 0, SBX_E_CONFIG, "%s:%zu: %s: %s", b->name, line, path, msg);
   else
-    sbx_make_error(b->err, 0, SBX_E_CONFIG, "%s:%zu: %s", b->name, line, msg);
+    sbx__make_error(b->err, 0, SBX_E_CONFIG, "%s:%zu: %s", b->name, line, msg);
   return -1;
 }
 
@@ -206,9 +206,9 @@ static int builder_check_duplicates(struct builder *b)
     return 0;
   sbx_buf_t p = {0};
   cleanup_free char *base = builder_path(b);
-  sbx_buf_puts(&p, base);
+  sbx__buf_puts(&p, base);
   path_append_key(&p, dup);
-  cleanup_free char *path = sbx_buf_steal(&p);
+  cleanup_free char *path = sbx__buf_steal(&p);
   return builder_error(b, dup->line, path, "duplicate key");
 }
 
@@ -281,7 +281,7 @@ static int syntax_error(const char *name, const yaml_parser_t *p, const char *ya
                         sbx_error_t *err)
 {
   if (p->error == YAML_MEMORY_ERROR)
-    return sbx_make_error(err, ENOMEM, SBX_E_INTERNAL, "%s: YAML parser", name);
+    return sbx__make_error(err, ENOMEM, SBX_E_INTERNAL, "%s: YAML parser", name);
   size_t line = p->problem_mark.line + 1, col = p->problem_mark.column + 1;
   if (p->error == YAML_READER_ERROR) {
     /* Reader errors carry a byte offset instead of a mark. */
@@ -297,8 +297,8 @@ static int syntax_error(const char *name, const yaml_parser_t *p, const char *ya
       }
     }
   }
-  return sbx_make_error(err, 0, SBX_E_CONFIG, "%s:%zu:%zu: YAML syntax error: %s", name, line, col,
-                        p->problem ? p->problem : "unknown error");
+  return sbx__make_error(err, 0, SBX_E_CONFIG, "%s:%zu:%zu: YAML syntax error: %s", name, line, col,
+                         p->problem ? p->problem : "unknown error");
 }
 
 static int build_tree(const char *name, const char *yaml, size_t len, struct node **out,
@@ -310,7 +310,7 @@ static int build_tree(const char *name, const char *yaml, size_t len, struct nod
   bool done = false;
 
   if (!yaml_parser_initialize(&parser))
-    return sbx_make_error(err, ENOMEM, SBX_E_INTERNAL, "%s: YAML parser", name);
+    return sbx__make_error(err, ENOMEM, SBX_E_INTERNAL, "%s: YAML parser", name);
   yaml_parser_set_input_string(&parser, (const unsigned char *) yaml, len);
   while (!done) {
     yaml_event_t ev;
@@ -353,9 +353,9 @@ static int verr(const struct vctx *v, const struct node *n, const char *key, int
   va_end(ap);
   size_t line = n ? n->line : 1;
   if (key != NULL && *key != '\0')
-    sbx_make_error(v->err, status, SBX_E_CONFIG, "%s:%zu: %s: %s", v->name, line, key, msg);
+    sbx__make_error(v->err, status, SBX_E_CONFIG, "%s:%zu: %s: %s", v->name, line, key, msg);
   else
-    sbx_make_error(v->err, status, SBX_E_CONFIG, "%s:%zu: %s", v->name, line, msg);
+    sbx__make_error(v->err, status, SBX_E_CONFIG, "%s:%zu: %s", v->name, line, msg);
   return -1;
 }
 
@@ -586,12 +586,12 @@ static char *clean_path(const char *p, bool *dotdot)
       continue;
     if (l == 2 && seg[0] == '.' && seg[1] == '.')
       *dotdot = true;
-    sbx_buf_putc(&b, '/');
-    sbx_buf_append(&b, seg, l);
+    sbx__buf_putc(&b, '/');
+    sbx__buf_append(&b, seg, l);
   }
   if (b.len == 0)
-    sbx_buf_putc(&b, '/');
-  return sbx_buf_steal(&b);
+    sbx__buf_putc(&b, '/');
+  return sbx__buf_steal(&b);
 }
 
 static int check_abs(const struct vctx *v, const struct node *n, const char *key, const char *p,
@@ -831,7 +831,7 @@ static int parse_mount(const struct vctx *v, struct sbx_config *cfg, const struc
   m->container_path = cleaned;
   if (strcmp(cleaned, "/") == 0)
     return verr(v, cont, ckey, 0, "must not be '/'");
-  if (strcmp(cleaned, USER_DATA) == 0 || sbx_str_has_prefix(cleaned, USER_DATA "/"))
+  if (strcmp(cleaned, USER_DATA) == 0 || sbx__str_has_prefix(cleaned, USER_DATA "/"))
     return value_error(v, cont, ckey, "must not be " USER_DATA " or under it", cleaned, false);
   for (size_t i = 0; i + 1 < cfg->n_mounts; i++) {
     if (strcmp(cfg->mounts[i].container_path, cleaned) == 0) {
@@ -1218,12 +1218,12 @@ struct sbx_config *sbx_config_load_string(const char *name, const char *yaml, si
 {
   const char *label = name ? name : "<string>";
   if (yaml == NULL && len > 0) {
-    sbx_make_error(err, EINVAL, SBX_E_INVALID, "%s: no configuration text", label);
+    sbx__make_error(err, EINVAL, SBX_E_INVALID, "%s: no configuration text", label);
     return NULL;
   }
   if (len > CONFIG_MAX_BYTES) {
-    sbx_make_error(err, 0, SBX_E_CONFIG, "%s:1: file too large (max %zu bytes)", label,
-                   CONFIG_MAX_BYTES);
+    sbx__make_error(err, 0, SBX_E_CONFIG, "%s:1: file too large (max %zu bytes)", label,
+                    CONFIG_MAX_BYTES);
     return NULL;
   }
   struct node *root = NULL;
@@ -1261,15 +1261,15 @@ struct sbx_config *sbx_config_load(const char *path, sbx_error_t *err)
   cleanup_free char *data = NULL;
   size_t len = 0;
   if (path == NULL) {
-    sbx_make_error(err, EINVAL, SBX_E_INVALID, "config: no path given");
+    sbx__make_error(err, EINVAL, SBX_E_INVALID, "config: no path given");
     return NULL;
   }
-  if (sbx_read_file_at(AT_FDCWD, path, CONFIG_MAX_BYTES, &data, &len) < 0) {
+  if (sbx__read_file_at(AT_FDCWD, path, CONFIG_MAX_BYTES, &data, &len) < 0) {
     if (errno == EFBIG)
-      sbx_make_error(err, 0, SBX_E_CONFIG, "%s:1: file too large (max %zu bytes)", path,
-                     CONFIG_MAX_BYTES);
+      sbx__make_error(err, 0, SBX_E_CONFIG, "%s:1: file too large (max %zu bytes)", path,
+                      CONFIG_MAX_BYTES);
     else
-      sbx_make_error(err, errno, SBX_E_CONFIG, "%s: cannot read configuration", path);
+      sbx__make_error(err, errno, SBX_E_CONFIG, "%s: cannot read configuration", path);
     return NULL;
   }
   return sbx_config_load_string(path, data, len, err);
@@ -1282,43 +1282,43 @@ struct sbx_config *sbx_config_load(const char *path, sbx_error_t *err)
 static void put_quoted(sbx_buf_t *b, const char *s)
 {
   const unsigned char *p = (const unsigned char *) s;
-  sbx_buf_putc(b, '"');
+  sbx__buf_putc(b, '"');
   while (*p) {
     unsigned char c = *p;
     uint32_t cp = c;
     size_t n = 1;
     if (c >= 0x80) {
-      n = sbx_utf8_next(p, 4, &cp); /* (a NUL ends any sequence) */
+      n = sbx__utf8_next(p, 4, &cp); /* (a NUL ends any sequence) */
       if (cp == SBX_UTF8_BAD) {
-        sbx_buf_printf(b, "\\x%02X", c);
+        sbx__buf_printf(b, "\\x%02X", c);
         p++;
         continue;
       }
     }
     if (cp == '"' || cp == '\\') {
-      sbx_buf_putc(b, '\\');
-      sbx_buf_putc(b, (char) cp);
+      sbx__buf_putc(b, '\\');
+      sbx__buf_putc(b, (char) cp);
     } else if (cp == '\n') {
-      sbx_buf_puts(b, "\\n");
+      sbx__buf_puts(b, "\\n");
     } else if (cp == '\t') {
-      sbx_buf_puts(b, "\\t");
+      sbx__buf_puts(b, "\\t");
     } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) {
-      sbx_buf_printf(b, "\\x%02X", (unsigned) cp);
+      sbx__buf_printf(b, "\\x%02X", (unsigned) cp);
     } else if (cp == 0xFEFF || cp == 0xFFFE || cp == 0xFFFF || cp == 0x2028 || cp == 0x2029) {
-      sbx_buf_printf(b, "\\u%04X", (unsigned) cp);
+      sbx__buf_printf(b, "\\u%04X", (unsigned) cp);
     } else {
-      sbx_buf_append(b, p, n);
+      sbx__buf_append(b, p, n);
     }
     p += n;
   }
-  sbx_buf_putc(b, '"');
+  sbx__buf_putc(b, '"');
 }
 
 static void put_str(sbx_buf_t *b, const char *indent, const char *key, const char *val)
 {
-  sbx_buf_printf(b, "%s%s: ", indent, key);
+  sbx__buf_printf(b, "%s%s: ", indent, key);
   put_quoted(b, val);
-  sbx_buf_putc(b, '\n');
+  sbx__buf_putc(b, '\n');
 }
 
 /* Shortest text that reads back to the same double, in the C locale. */
@@ -1336,7 +1336,7 @@ static void put_num(sbx_buf_t *b, const char *indent, const char *key, double d)
     uselocale(old);
     freelocale(c);
   }
-  sbx_buf_printf(b, "%s%s: %s\n", indent, key, buf);
+  sbx__buf_printf(b, "%s%s: %s\n", indent, key, buf);
 }
 
 static bool secret_name(const char *k)
@@ -1354,114 +1354,114 @@ char *sbx_config_dump(const struct sbx_config *cfg)
     return NULL;
   sbx_buf_t b = {0};
   const char *in = "  ";
-  sbx_buf_puts(&b, "# sbx effective configuration (secrets masked)\n");
+  sbx__buf_puts(&b, "# sbx effective configuration (secrets masked)\n");
   if (cfg->path != NULL) {
     cleanup_free char *p = show_str(cfg->path);
-    sbx_buf_printf(&b, "# source: %s\n", p);
+    sbx__buf_printf(&b, "# source: %s\n", p);
   }
-  sbx_buf_puts(&b, "sandbox:\n");
+  sbx__buf_puts(&b, "sandbox:\n");
   put_str(&b, in, "use", cfg->use ? cfg->use : "linux");
   put_str(&b, in, "image", cfg->image ? cfg->image : "host");
-  sbx_buf_printf(&b, "  replicas: %d\n", cfg->replicas);
-  sbx_buf_printf(&b, "  idle_timeout: %" PRId64 "\n", cfg->idle_timeout);
+  sbx__buf_printf(&b, "  replicas: %d\n", cfg->replicas);
+  sbx__buf_printf(&b, "  idle_timeout: %" PRId64 "\n", cfg->idle_timeout);
   put_num(&b, in, "bash_command_timeout", cfg->bash_command_timeout);
   if (cfg->n_environment == 0)
-    sbx_buf_puts(&b, "  environment: {}\n");
+    sbx__buf_puts(&b, "  environment: {}\n");
   else
-    sbx_buf_puts(&b, "  environment:\n");
+    sbx__buf_puts(&b, "  environment:\n");
   for (size_t i = 0; i < cfg->n_environment; i++) {
     const struct sbx_env_var *e = &cfg->environment[i];
-    sbx_buf_puts(&b, "    ");
+    sbx__buf_puts(&b, "    ");
     put_quoted(&b, e->key);
     if (e->secret || secret_name(e->key)) {
-      sbx_buf_puts(&b, ": " MASK "\n");
+      sbx__buf_puts(&b, ": " MASK "\n");
     } else {
-      sbx_buf_puts(&b, ": ");
+      sbx__buf_puts(&b, ": ");
       put_quoted(&b, e->value);
-      sbx_buf_putc(&b, '\n');
+      sbx__buf_putc(&b, '\n');
     }
   }
-  sbx_buf_printf(&b, "  memory_mib: %" PRIu64 "\n", cfg->memory_mib);
+  sbx__buf_printf(&b, "  memory_mib: %" PRIu64 "\n", cfg->memory_mib);
   put_num(&b, in, "cpus", cfg->cpus);
-  sbx_buf_printf(&b, "  pids: %" PRId64 "\n", cfg->pids);
+  sbx__buf_printf(&b, "  pids: %" PRId64 "\n", cfg->pids);
   put_str(&b, in, "network", cfg->network ? cfg->network : "none");
   if (cfg->n_mounts == 0)
-    sbx_buf_puts(&b, "  mounts: []\n");
+    sbx__buf_puts(&b, "  mounts: []\n");
   else
-    sbx_buf_puts(&b, "  mounts:\n");
+    sbx__buf_puts(&b, "  mounts:\n");
   for (size_t i = 0; i < cfg->n_mounts; i++) {
     const struct sbx_mount *m = &cfg->mounts[i];
     put_str(&b, "    - ", "host_path", m->host_path ? m->host_path : "");
     put_str(&b, "      ", "container_path", m->container_path ? m->container_path : "");
-    sbx_buf_printf(&b, "      read_only: %s\n", m->read_only ? "true" : "false");
+    sbx__buf_printf(&b, "      read_only: %s\n", m->read_only ? "true" : "false");
   }
-  sbx_buf_printf(&b, "  output_max_bytes: %" PRIu64 "\n", cfg->output_max_bytes);
-  sbx_buf_printf(&b, "  bash_output_max_chars: %" PRId64 "\n", cfg->bash_output_max_chars);
-  sbx_buf_printf(&b, "  read_file_output_max_chars: %" PRId64 "\n",
-                 cfg->read_file_output_max_chars);
-  sbx_buf_printf(&b, "  ls_output_max_chars: %" PRId64 "\n", cfg->ls_output_max_chars);
-  sbx_buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
-  sbx_buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
-  sbx_buf_printf(&b, "  user_data_size_mib: %" PRIu64 "\n", cfg->user_data_size_mib);
-  sbx_buf_printf(&b, "  disk_mib: %" PRIu64 "\n", cfg->disk_mib);
-  sbx_buf_printf(&b, "  image_layer_max_mib: %" PRIu64 "\n", cfg->image_layer_max_mib);
-  sbx_buf_printf(&b, "  image_layer_max_entries: %" PRIu64 "\n", cfg->image_layer_max_entries);
-  sbx_buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
+  sbx__buf_printf(&b, "  output_max_bytes: %" PRIu64 "\n", cfg->output_max_bytes);
+  sbx__buf_printf(&b, "  bash_output_max_chars: %" PRId64 "\n", cfg->bash_output_max_chars);
+  sbx__buf_printf(&b, "  read_file_output_max_chars: %" PRId64 "\n",
+                  cfg->read_file_output_max_chars);
+  sbx__buf_printf(&b, "  ls_output_max_chars: %" PRId64 "\n", cfg->ls_output_max_chars);
+  sbx__buf_printf(&b, "  tmp_size_mib: %" PRIu64 "\n", cfg->tmp_size_mib);
+  sbx__buf_printf(&b, "  home_size_mib: %" PRIu64 "\n", cfg->home_size_mib);
+  sbx__buf_printf(&b, "  user_data_size_mib: %" PRIu64 "\n", cfg->user_data_size_mib);
+  sbx__buf_printf(&b, "  disk_mib: %" PRIu64 "\n", cfg->disk_mib);
+  sbx__buf_printf(&b, "  image_layer_max_mib: %" PRIu64 "\n", cfg->image_layer_max_mib);
+  sbx__buf_printf(&b, "  image_layer_max_entries: %" PRIu64 "\n", cfg->image_layer_max_entries);
+  sbx__buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
-  sbx_buf_printf(&b, "  spares: %d\n", cfg->spares);
+  sbx__buf_printf(&b, "  spares: %d\n", cfg->spares);
   put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
-  sbx_buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
+  sbx__buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
   put_str(&b, in, "cgroup_slice", cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice");
-  sbx_buf_puts(&b, cfg->n_registries ? "  registries:\n" : "  registries: {}\n");
+  sbx__buf_puts(&b, cfg->n_registries ? "  registries:\n" : "  registries: {}\n");
   for (size_t i = 0; i < cfg->n_registries; i++) {
     const struct sbx_registry *r = &cfg->registries[i];
-    sbx_buf_puts(&b, "    ");
+    sbx__buf_puts(&b, "    ");
     put_quoted(&b, r->host);
-    sbx_buf_printf(&b, ":\n      insecure: %s\n", r->insecure ? "true" : "false");
+    sbx__buf_printf(&b, ":\n      insecure: %s\n", r->insecure ? "true" : "false");
     if (r->username) {
-      sbx_buf_puts(&b, "      username: ");
+      sbx__buf_puts(&b, "      username: ");
       put_quoted(&b, r->username);
-      sbx_buf_puts(&b, "\n      password: " MASK "\n");
+      sbx__buf_puts(&b, "\n      password: " MASK "\n");
     }
   }
-  sbx_buf_puts(&b, cfg->n_registry_mirrors ? "  registry_mirrors:\n" : "  registry_mirrors: []\n");
+  sbx__buf_puts(&b, cfg->n_registry_mirrors ? "  registry_mirrors:\n" : "  registry_mirrors: []\n");
   for (size_t i = 0; i < cfg->n_registry_mirrors; i++) {
-    sbx_buf_puts(&b, "    - ");
+    sbx__buf_puts(&b, "    - ");
     put_quoted(&b, cfg->registry_mirrors[i]);
-    sbx_buf_putc(&b, '\n');
+    sbx__buf_putc(&b, '\n');
   }
   if (cfg->api_key != NULL)
-    sbx_buf_puts(&b, "  api_key: " MASK "\n");
+    sbx__buf_puts(&b, "  api_key: " MASK "\n");
   put_str(&b, in, "domain", cfg->domain ? cfg->domain : DEFAULT_DOMAIN);
   put_str(&b, in, "protocol", cfg->protocol ? cfg->protocol : "http");
   put_num(&b, in, "request_timeout", cfg->request_timeout);
   put_num(&b, in, "ready_timeout", cfg->ready_timeout);
-  sbx_buf_printf(&b, "  use_server_proxy: %s\n", cfg->use_server_proxy ? "true" : "false");
-  sbx_buf_printf(&b, "  sandbox_timeout: %" PRId64 "\n", cfg->sandbox_timeout);
-  sbx_buf_puts(&b, "sbxd:\n");
+  sbx__buf_printf(&b, "  use_server_proxy: %s\n", cfg->use_server_proxy ? "true" : "false");
+  sbx__buf_printf(&b, "  sandbox_timeout: %" PRId64 "\n", cfg->sandbox_timeout);
+  sbx__buf_puts(&b, "sbxd:\n");
   put_str(&b, in, "listen", cfg->listen ? cfg->listen : DEFAULT_LISTEN);
   if (cfg->server_api_key != NULL)
-    sbx_buf_puts(&b, "  api_key: " MASK "\n");
+    sbx__buf_puts(&b, "  api_key: " MASK "\n");
   if (cfg->n_volume_roots == 0)
-    sbx_buf_puts(&b, "  volume_roots: []\n");
+    sbx__buf_puts(&b, "  volume_roots: []\n");
   else
-    sbx_buf_puts(&b, "  volume_roots:\n");
+    sbx__buf_puts(&b, "  volume_roots:\n");
   for (size_t i = 0; i < cfg->n_volume_roots; i++) {
-    sbx_buf_puts(&b, "    - ");
+    sbx__buf_puts(&b, "    - ");
     put_quoted(&b, cfg->volume_roots[i]);
-    sbx_buf_putc(&b, '\n');
+    sbx__buf_putc(&b, '\n');
   }
-  sbx_buf_printf(&b, "  max_sandbox_timeout: %" PRId64 "\n", cfg->max_sandbox_timeout);
+  sbx__buf_printf(&b, "  max_sandbox_timeout: %" PRId64 "\n", cfg->max_sandbox_timeout);
   if (cfg->n_images == 0)
-    sbx_buf_puts(&b, "  images: {}\n");
+    sbx__buf_puts(&b, "  images: {}\n");
   else
-    sbx_buf_puts(&b, "  images:\n");
+    sbx__buf_puts(&b, "  images:\n");
   for (size_t i = 0; i < cfg->n_images; i++) {
-    sbx_buf_puts(&b, "    ");
+    sbx__buf_puts(&b, "    ");
     put_quoted(&b, cfg->images[i].name);
-    sbx_buf_puts(&b, ": ");
+    sbx__buf_puts(&b, ": ");
     put_quoted(&b, cfg->images[i].target);
-    sbx_buf_putc(&b, '\n');
+    sbx__buf_putc(&b, '\n');
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }

@@ -17,10 +17,11 @@ static int finish(sbx_sandbox_t *sb, int ret, sbx_error_t *err)
 static int usable(sbx_sandbox_t *sb, sbx_error_t *err)
 {
   if (sb == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "no sandbox");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "no sandbox");
   if (sb->broken)
-    return sbx_make_error(err, 0, SBX_E_BACKEND,
-                          "sandbox %s is broken and was evicted; acquire it again", sb->in.meta.id);
+    return sbx__make_error(err, 0, SBX_E_BACKEND,
+                           "sandbox %s is broken and was evicted; acquire it again",
+                           sb->in.meta.id);
   return 0;
 }
 
@@ -36,7 +37,7 @@ void sbx_exec_result_free(struct sbx_exec_result *r)
 
 /* The text an agent reads, a contract rule and the same whichever backend ran the command: a
  * background command has none yet; a finished one's reports its output (or "(no output)"), the
- * truncation notes and "Exit Code: N" (sbx_exec_render). */
+ * truncation notes and "Exit Code: N" (sbx__exec_render). */
 static void render(struct sbx_exec_result *res, const struct sbx_exec_opts *o)
 {
   if (o && o->background) {
@@ -47,7 +48,7 @@ static void render(struct sbx_exec_result *res, const struct sbx_exec_opts *o)
     res->out_total = res->err_total = 0;
   sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
                           res->err_len, res->err_total, res->exit_code, res->timed_out};
-  res->output = sbx_exec_render(&eo);
+  res->output = sbx__exec_render(&eo);
 }
 
 int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx_exec_opts *opts,
@@ -56,13 +57,14 @@ int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx
   memset(res, 0, sizeof *res);
   if (usable(sb, err) < 0)
     return -1;
-  if (opts && opts->n_env && sbx_env_check(opts->env, opts->n_env, err) < 0)
+  if (opts && opts->n_env && sbx__env_check(opts->env, opts->n_env, err) < 0)
     return -1;
   if (opts && opts->timeout < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "timeout must be positive, got %g", opts->timeout);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "timeout must be positive, got %g",
+                           opts->timeout);
   if (!(opts && opts->argv) && (command == NULL || command[0] == '\0'))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
-  if (opts && opts->cwd && sbx_path_check(opts->cwd, err) < 0)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
+  if (opts && opts->cwd && sbx__path_check(opts->cwd, err) < 0)
     return -1;
   if (finish(sb, sb->in.ops->exec(&sb->in, command, opts, res, err), err) < 0)
     return -1;
@@ -75,7 +77,7 @@ int sbx_command_signal(sbx_sandbox_t *sb, const char *cmd_id, int signo, sbx_err
   if (usable(sb, err) < 0)
     return -1;
   if (cmd_id == NULL || *cmd_id == '\0' || signo <= 0 || signo > 64)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "a command id and a signal are required");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "a command id and a signal are required");
   return finish(sb, sb->in.ops->signal(&sb->in, cmd_id, signo, err), err);
 }
 
@@ -83,7 +85,7 @@ int sbx_read_file(sbx_sandbox_t *sb, const char *path, int64_t start, int64_t en
                   size_t *len, sbx_error_t *err)
 {
   *text = NULL;
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->read_text(&sb->in, path, start, end, text, len, err), err);
 }
@@ -91,7 +93,7 @@ int sbx_read_file(sbx_sandbox_t *sb, const char *path, int64_t start, int64_t en
 int sbx_write_file(sbx_sandbox_t *sb, const char *path, const char *content, size_t len,
                    bool append, sbx_error_t *err)
 {
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->write(&sb->in, path, content ? content : "", len, -1, append, err),
                 err);
@@ -100,14 +102,14 @@ int sbx_write_file(sbx_sandbox_t *sb, const char *path, const char *content, siz
 int sbx_update_file(sbx_sandbox_t *sb, const char *path, const void *data, size_t len,
                     sbx_error_t *err)
 {
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->write(&sb->in, path, data ? data : "", len, -1, false, err), err);
 }
 
 int sbx_write_from_fd(sbx_sandbox_t *sb, const char *path, int fd, bool append, sbx_error_t *err)
 {
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->write(&sb->in, path, NULL, 0, fd, append, err), err);
 }
@@ -117,14 +119,14 @@ int sbx_download_file(sbx_sandbox_t *sb, const char *path, void **data, size_t *
 {
   *data = NULL;
   *len = 0;
-  if (usable(sb, err) < 0 || sbx_download_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__download_path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->read_to_buf(&sb->in, path, SBX_DOWNLOAD_MAX, data, len, err), err);
 }
 
 int sbx_download_to_fd(sbx_sandbox_t *sb, const char *path, int fd, sbx_error_t *err)
 {
-  if (usable(sb, err) < 0 || sbx_download_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__download_path_check(path, err) < 0)
     return -1;
   return finish(sb, sb->in.ops->read_to_fd(&sb->in, path, SBX_DOWNLOAD_MAX, fd, err), err);
 }
@@ -140,7 +142,7 @@ static void strv_out(sbx_strv_t *s, char ***out, size_t *n)
 void sbx_strv_free_array(char **v, size_t n)
 {
   sbx_strv_t s = {.v = v, .n = n, .cap = n};
-  sbx_strv_free(&s);
+  sbx__strv_free(&s);
 }
 
 int sbx_list_dir(sbx_sandbox_t *sb, const char *path, int max_depth, char ***entries, size_t *n,
@@ -148,13 +150,13 @@ int sbx_list_dir(sbx_sandbox_t *sb, const char *path, int max_depth, char ***ent
 {
   *entries = NULL;
   *n = 0;
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   if (max_depth < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "max_depth must be non-negative");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "max_depth must be non-negative");
   sbx_strv_t s = {0};
   if (finish(sb, sb->in.ops->list_dir(&sb->in, path, max_depth, &s, err), err) < 0) {
-    sbx_strv_free(&s);
+    sbx__strv_free(&s);
     return -1;
   }
   strv_out(&s, entries, n);
@@ -167,16 +169,16 @@ int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool incl
   *matches = NULL;
   *n = 0;
   *truncated = false;
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   if (pattern == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
   sbx_strv_t s = {0};
   if (finish(
           sb,
           sb->in.ops->glob(&sb->in, path, pattern, include_dirs, max_results, &s, truncated, err),
           err) < 0) {
-    sbx_strv_free(&s);
+    sbx__strv_free(&s);
     return -1;
   }
   strv_out(&s, matches, n);
@@ -190,10 +192,10 @@ int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,
   *matches = NULL;
   *n = 0;
   *truncated = false;
-  if (usable(sb, err) < 0 || sbx_path_check(path, err) < 0)
+  if (usable(sb, err) < 0 || sbx__path_check(path, err) < 0)
     return -1;
   if (pattern == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
   struct sbx_grep_opts o = opts ? *opts : (struct sbx_grep_opts){.max_results = 100};
   return finish(sb, sb->in.ops->grep(&sb->in, path, pattern, &o, matches, n, truncated, err), err);
 }

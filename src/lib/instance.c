@@ -15,18 +15,18 @@ int sbx__pool_open(struct sbx_pool *pool, const char *home, const struct sbx_con
                    sbx_error_t *err)
 {
   memset(pool, 0, sizeof *pool);
-  if (sbx_mkdir_p(home, 0700) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", home);
+  if (sbx__mkdir_p(home, 0700) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "create state directory `%s`", home);
   char real[PATH_MAX];
   if (realpath(home, real) == NULL)
-    return sbx_make_error(err, errno, SBX_E_IO, "resolve state directory `%s`", home);
+    return sbx__make_error(err, errno, SBX_E_IO, "resolve state directory `%s`", home);
   cleanup_free char *sandboxes = xasprintf("%s/sandboxes", real);
   cleanup_free char *locks = xasprintf("%s/locks", real);
-  if (sbx_mkdir_p(sandboxes, 0700) < 0 || sbx_mkdir_p(locks, 0700) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create state directory `%s`", real);
-  pool->ops = sbx_backend_find(cfg->use);
+  if (sbx__mkdir_p(sandboxes, 0700) < 0 || sbx__mkdir_p(locks, 0700) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "create state directory `%s`", real);
+  pool->ops = sbx__backend_find(cfg->use);
   if (pool->ops == NULL)
-    return sbx_make_error(err, 0, SBX_E_CONFIG, "unknown backend '%s'", cfg->use);
+    return sbx__make_error(err, 0, SBX_E_CONFIG, "unknown backend '%s'", cfg->use);
   pool->home = xstrdup(real);
   pool->cfg = cfg;
   return 0;
@@ -42,15 +42,15 @@ int sbx__instance_load(const struct sbx_pool *pool, const char *id, struct sbx_i
                        sbx_error_t *err)
 {
   memset(in, 0, sizeof *in);
-  if (sbx_meta_read(pool->home, id, &in->meta, err) < 0)
+  if (sbx__meta_read(pool->home, id, &in->meta, err) < 0)
     return -1;
   in->home = pool->home;
   in->cfg = pool->cfg;
-  in->dir = sbx_state_dir(pool->home, id);
-  in->ops = sbx_backend_find(in->meta.backend);
+  in->dir = sbx__state_dir(pool->home, id);
+  in->ops = sbx__backend_find(in->meta.backend);
   if (in->ops == NULL) {
-    sbx_make_error(err, 0, SBX_E_CONFIG, "sandbox %s uses unknown backend '%s'", id,
-                   in->meta.backend);
+    sbx__make_error(err, 0, SBX_E_CONFIG, "sandbox %s uses unknown backend '%s'", id,
+                    in->meta.backend);
     sbx__instance_free(in);
     return -1;
   }
@@ -59,7 +59,7 @@ int sbx__instance_load(const struct sbx_pool *pool, const char *id, struct sbx_i
 
 void sbx__instance_free(struct sbx_instance *in)
 {
-  sbx_meta_free(&in->meta);
+  sbx__meta_free(&in->meta);
   free(in->dir);
   in->dir = NULL;
 }
@@ -82,8 +82,8 @@ int sbx__instance_destroy(struct sbx_instance *in, sbx_error_t *err)
     return -1;
   cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
   cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (pfd >= 0 && sbx_rm_rf_at(pfd, in->meta.id) < 0 && r == 0)
-    r = sbx_make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
+  if (pfd >= 0 && sbx__rm_rf_at(pfd, in->meta.id) < 0 && r == 0)
+    r = sbx__make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
   return r;
 }
 
@@ -97,7 +97,7 @@ int sbx__instance_destroy_id(const struct sbx_pool *pool, const char *id, sbx_er
     memset(&in, 0, sizeof in);
     snprintf(in.meta.id, sizeof in.meta.id, "%s", id);
     in.home = pool->home;
-    in.dir = sbx_state_dir(pool->home, id);
+    in.dir = sbx__state_dir(pool->home, id);
   }
   int r = sbx__instance_destroy(&in, err);
   sbx__instance_free(&in);
@@ -113,19 +113,19 @@ struct sbx_sandbox_s *sbx__handle_new(const struct sbx_pool *pool, const char *i
   in->home = pool->home;
   in->cfg = pool->cfg;
   in->ops = pool->ops;
-  in->dir = sbx_state_dir(pool->home, id);
+  in->dir = sbx__state_dir(pool->home, id);
   snprintf(in->meta.id, sizeof in->meta.id, "%s", id);
   in->meta.user = thread ? xstrdup(user) : NULL;
   in->meta.thread = thread ? xstrdup(thread) : NULL;
   in->meta.backend = xstrdup(pool->ops->name);
   in->meta.image = xstrdup(o && o->image ? o->image : pool->cfg->image);
-  in->meta.created = in->meta.last_used = sbx_realtime_sec();
+  in->meta.created = in->meta.last_used = sbx__realtime_sec();
   if (o) {
     in->meta.managed = true;
     in->meta.memory_bytes = o->memory_bytes;
     in->meta.cpus = o->cpus;
     for (size_t i = 0; i < o->n_env; i++)
-      sbx_strv_push(&in->meta.env, o->env[i]);
+      sbx__strv_push(&in->meta.env, o->env[i]);
     in->meta.extra = o->extra ? xstrdup(o->extra) : NULL;
     in->extra_mounts = o->mounts;
     in->n_extra_mounts = o->n_mounts;
@@ -137,23 +137,23 @@ int sbx__instance_register(struct sbx_sandbox_s *sb, bool have_dir, sbx_error_t 
 {
   struct sbx_instance *in = &sb->in;
   if (!have_dir && mkdir(in->dir, 0700) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
-  if (sbx_meta_write(in->home, &in->meta, err) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", in->dir);
+  if (sbx__meta_write(in->home, &in->meta, err) < 0)
     return -1;
   /* lease first: the new sandbox must never look warm (and reapable) to anyone */
-  sb->lease_fd = sbx_lease_take(in->home, in->meta.id, err);
+  sb->lease_fd = sbx__lease_take(in->home, in->meta.id, err);
   if (sb->lease_fd < 0)
     return -1;
   if (have_dir)
-    sbx_lease_touch(in->home, in->meta.id, sb->lease_fd); /* the spare's lease file is older */
+    sbx__lease_touch(in->home, in->meta.id, sb->lease_fd); /* the spare's lease file is older */
   return 0;
 }
 
 char *sbx__instance_user_data(const struct sbx_instance *in, sbx_error_t *err)
 {
   if (in->meta.thread)
-    return sbx_thread_dir_ensure(in->home, in->meta.user, in->meta.thread, in->ops->data_owner,
-                                 err);
+    return sbx__thread_dir_ensure(in->home, in->meta.user, in->meta.thread, in->ops->data_owner,
+                                  err);
   if (!in->meta.managed)
     return xstrdup(""); /* throw-away: the backend keeps its files inside the sandbox */
   /* a managed sandbox's files live and die with it */
@@ -162,7 +162,7 @@ char *sbx__instance_user_data(const struct sbx_instance *in, sbx_error_t *err)
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     cleanup_free char *d = xasprintf("%s%s", user_data, subs[i]);
     if (mkdir(d, 0755) < 0 || chown(d, in->ops->data_owner, in->ops->data_owner) < 0) {
-      sbx_make_error(err, errno, SBX_E_IO, "create `%s`", d);
+      sbx__make_error(err, errno, SBX_E_IO, "create `%s`", d);
       free(user_data);
       return NULL;
     }
@@ -176,13 +176,13 @@ int sbx__instance_launch(struct sbx_instance *in, const char *user_data, sbx_err
     return -1;
   in->extra_mounts = NULL;
   in->n_extra_mounts = 0;
-  return sbx_meta_write(in->home, &in->meta, err);
+  return sbx__meta_write(in->home, &in->meta, err);
 }
 
 void sbx__instance_create_failed(struct sbx_sandbox_s *sb, sbx_error_t *err)
 {
   if (err && *err)
-    sbx_error_wrap(err, "create sandbox %s", sb->in.meta.id);
+    sbx__error_wrap(err, "create sandbox %s", sb->in.meta.id);
   sbx__instance_destroy(&sb->in, NULL);
   sbx__handle_free(sb);
 }
@@ -205,16 +205,16 @@ static void prune_locks(const struct sbx_pool *pool)
     return;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
-    if (!sbx_id_valid(de->d_name))
+    if (!sbx__id_valid(de->d_name))
       continue; /* pool, fill, down, gc-stamp */
-    cleanup_free char *sandbox = sbx_state_dir(pool->home, de->d_name);
+    cleanup_free char *sandbox = sbx__state_dir(pool->home, de->d_name);
     if (access(sandbox, F_OK) == 0)
       continue;
-    int fd = sbx_lock_take(pool->home, de->d_name, true, true, NULL);
+    int fd = sbx__lock_take(pool->home, de->d_name, true, true, NULL);
     if (fd < 0)
       continue; /* in use: being created */
     if (access(sandbox, F_OK) < 0 && errno == ENOENT)
-      sbx_lock_drop(pool->home, de->d_name, fd);
+      sbx__lock_drop(pool->home, de->d_name, fd);
     else
       close(fd);
   }
@@ -223,12 +223,12 @@ static void prune_locks(const struct sbx_pool *pool)
 int sbx__pool_reap(const struct sbx_pool *pool, sbx_error_t *err)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(pool->home, &ids, err) < 0)
+  if (sbx__state_list_ids(pool->home, &ids, err) < 0)
     return -1;
   int removed = 0;
-  double now = sbx_realtime_sec();
+  double now = sbx__realtime_sec();
   for (size_t i = 0; i < ids.n; i++) {
-    int lock = sbx_lock_take(pool->home, ids.v[i], true, true, NULL);
+    int lock = sbx__lock_take(pool->home, ids.v[i], true, true, NULL);
     if (lock < 0)
       continue; /* busy: being created, reclaimed or destroyed */
     struct sbx_instance in;
@@ -242,7 +242,7 @@ int sbx__pool_reap(const struct sbx_pool *pool, sbx_error_t *err)
       if (!in.ops->alive(&in))
         why = "dead";
       else if (pool->cfg->idle_timeout > 0 && !in.meta.managed &&
-               !sbx_lease_held(pool->home, ids.v[i]) &&
+               !sbx__lease_held(pool->home, ids.v[i]) &&
                now - in.meta.last_used > (double) pool->cfg->idle_timeout)
         why = "idle";
       if (why)
@@ -250,14 +250,14 @@ int sbx__pool_reap(const struct sbx_pool *pool, sbx_error_t *err)
       sbx__instance_free(&in);
     }
     if (why) {
-      sbx_log(SBX_LOG_INFO, "reaped sandbox %s (%s)", ids.v[i], why);
+      sbx__log(SBX_LOG_INFO, "reaped sandbox %s (%s)", ids.v[i], why);
       removed++;
-      sbx_lock_drop(pool->home, ids.v[i], lock);
+      sbx__lock_drop(pool->home, ids.v[i], lock);
     } else {
       close(lock);
     }
   }
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   prune_locks(pool);
   return removed;
 }
@@ -265,14 +265,14 @@ int sbx__pool_reap(const struct sbx_pool *pool, sbx_error_t *err)
 int sbx__pool_destroy_all(const struct sbx_pool *pool, sbx_error_t *err)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(pool->home, &ids, err) < 0)
+  if (sbx__state_list_ids(pool->home, &ids, err) < 0)
     return -1;
   int r = 0;
   for (size_t i = 0; i < ids.n; i++) {
-    int lock = sbx_lock_take(pool->home, ids.v[i], true, false, NULL);
+    int lock = sbx__lock_take(pool->home, ids.v[i], true, false, NULL);
     sbx_error_t e = NULL;
     if (sbx__instance_destroy_id(pool, ids.v[i], &e) < 0) {
-      sbx_log(SBX_LOG_WARNING, "shutdown: %s", e->msg);
+      sbx__log(SBX_LOG_WARNING, "shutdown: %s", e->msg);
       if (err && *err == NULL)
         *err = e;
       else
@@ -281,9 +281,9 @@ int sbx__pool_destroy_all(const struct sbx_pool *pool, sbx_error_t *err)
       if (lock >= 0)
         close(lock);
     } else {
-      sbx_lock_drop(pool->home, ids.v[i], lock);
+      sbx__lock_drop(pool->home, ids.v[i], lock);
     }
   }
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   return r;
 }

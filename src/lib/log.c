@@ -12,7 +12,7 @@ void sbx_set_log_handler(sbx_log_fn fn, void *arg)
   log_arg = arg;
 }
 
-void sbx_log(int level, const char *fmt, ...)
+void sbx__log(int level, const char *fmt, ...)
 {
   if (log_fn == NULL)
     return;

@@ -4,6 +4,6 @@
 
 #include <sbx/sbx.h>
 
-void sbx_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbx__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

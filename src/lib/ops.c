@@ -10,13 +10,13 @@
 static int op_check(sbx_sandbox_t *sb, const void *fn, const char *what, sbx_error_t *err)
 {
   if (sb == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "no sandbox");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "no sandbox");
   if (sb->broken)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s is broken and was evicted",
-                          sb->in.meta.id);
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s is broken and was evicted",
+                           sb->in.meta.id);
   if (fn == NULL)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "%s is not supported by the %s backend", what,
-                          sb->in.ops->name);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "%s is not supported by the %s backend", what,
+                           sb->in.ops->name);
   return 0;
 }
 
@@ -30,7 +30,7 @@ static int done(sbx_sandbox_t *sb, int ret, sbx_error_t *err)
 #define PATH_OP(sb, fn, path, what)                                                                \
   do {                                                                                             \
     if (op_check(sb, (const void *) (sb ? sb->in.ops->fn : NULL), what, err) < 0 ||                \
-        sbx_path_check(path, err) < 0)                                                             \
+        sbx__path_check(path, err) < 0)                                                            \
       return -1;                                                                                   \
   } while (0)
 
@@ -51,14 +51,14 @@ int sbx_remove(sbx_sandbox_t *sb, const char *path, int flags, sbx_error_t *err)
 {
   PATH_OP(sb, remove, path, "remove");
   if (strcmp(path, "/") == 0)
-    return sbx_make_error(err, 0, SBX_E_DENIED, "refusing to remove /");
+    return sbx__make_error(err, 0, SBX_E_DENIED, "refusing to remove /");
   return done(sb, sb->in.ops->remove(&sb->in, path, flags, err), err);
 }
 
 int sbx_rename(sbx_sandbox_t *sb, const char *src, const char *dst, sbx_error_t *err)
 {
   PATH_OP(sb, rename, src, "rename");
-  if (sbx_path_check(dst, err) < 0)
+  if (sbx__path_check(dst, err) < 0)
     return -1;
   return done(sb, sb->in.ops->rename(&sb->in, src, dst, err), err);
 }
@@ -77,7 +77,7 @@ int sbx_readdir(sbx_sandbox_t *sb, const char *path, int depth, struct sbx_file_
   *n = 0;
   PATH_OP(sb, readdir, path, "readdir");
   if (depth < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "depth must be non-negative");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "depth must be non-negative");
   return done(sb, sb->in.ops->readdir(&sb->in, path, depth, false, NULL, v, n, err), err);
 }
 
@@ -97,7 +97,7 @@ int sbx_replace(sbx_sandbox_t *sb, const char *path, const void *old, size_t old
   *count = 0;
   PATH_OP(sb, replace, path, "replace");
   if (old_len == 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "the string to replace must not be empty");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "the string to replace must not be empty");
   return done(sb, sb->in.ops->replace(&sb->in, path, old, old_len, new_, new_len, count, err), err);
 }
 
@@ -138,7 +138,7 @@ int sbx_connect_port(sbx_sandbox_t *sb, int port, sbx_error_t *err)
       0)
     return -1;
   if (port < 1 || port > 65535)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "port must be 1-65535, got %d", port);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "port must be 1-65535, got %d", port);
   return done(sb, sb->in.ops->connect_port(&sb->in, port, err), err);
 }
 
@@ -152,7 +152,7 @@ int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err)
   if (sb->in.ops->alive && !sb->in.ops->alive(&sb->in))
     return done(
         sb,
-        sbx_make_error(err, ESRCH, SBX_E_BACKEND, "sandbox %s: its init is gone", sb->in.meta.id),
+        sbx__make_error(err, ESRCH, SBX_E_BACKEND, "sandbox %s: its init is gone", sb->in.meta.id),
         err);
   return sb->in.ops->metrics(&sb->in, m, err);
 }
@@ -170,28 +170,28 @@ sbx_session_t *sbx_session_start(sbx_sandbox_t *sb, const char *command,
                err) < 0)
     return NULL;
   if ((opts == NULL || opts->argv == NULL) && (command == NULL || command[0] == '\0')) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
+    sbx__make_error(err, 0, SBX_E_INVALID, "command must be a non-empty string");
     return NULL;
   }
   if (opts && opts->background) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "an interactive command cannot run in the background");
+    sbx__make_error(err, 0, SBX_E_INVALID, "an interactive command cannot run in the background");
     return NULL;
   }
   if (opts && opts->timeout < 0) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "timeout must not be negative");
+    sbx__make_error(err, 0, SBX_E_INVALID, "timeout must not be negative");
     return NULL;
   }
   for (size_t i = 0; opts && i < opts->n_env; i++) {
     const char *eq = strchr(opts->env[i], '=');
-    if (eq == NULL || !sbx_env_key_valid(opts->env[i], (size_t) (eq - opts->env[i]))) {
-      sbx_make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE: %s",
-                     opts->env[i]);
+    if (eq == NULL || !sbx__env_key_valid(opts->env[i], (size_t) (eq - opts->env[i]))) {
+      sbx__make_error(err, 0, SBX_E_INVALID, "environment entries must be KEY=VALUE: %s",
+                      opts->env[i]);
       return NULL;
     }
   }
   if (so && so->tty && (so->rows > SBX_TTY_MAX_DIM || so->cols > SBX_TTY_MAX_DIM)) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be at most %d rows and columns",
-                   SBX_TTY_MAX_DIM);
+    sbx__make_error(err, 0, SBX_E_INVALID, "terminal size must be at most %d rows and columns",
+                    SBX_TTY_MAX_DIM);
     return NULL;
   }
   sbx_session_t *s = sb->in.ops->session_start(&sb->in, command, opts, so, err);

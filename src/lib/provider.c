@@ -117,7 +117,7 @@ static int cmp_candidate(const void *a, const void *b)
 static void enforce_cap(struct sbx_provider_s *p, const char *creating)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->pool.home, &ids, NULL) < 0)
+  if (sbx__state_list_ids(p->pool.home, &ids, NULL) < 0)
     return;
   /* fewer folders than the cap: no need to look inside any (a pool far below its cap pays a
    * readdir, not a scan) */
@@ -126,7 +126,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
     for (size_t i = 0; i < ids.n && !mine; i++)
       mine = strcmp(ids.v[i], creating) == 0;
     if (ids.n - mine < (size_t) p->pool.cfg->replicas) {
-      sbx_strv_free(&ids);
+      sbx__strv_free(&ids);
       return;
     }
   }
@@ -142,7 +142,7 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       continue;
     }
     /* held = active, or being created (its creator takes the lease before launching) */
-    bool held = sbx_lease_held(p->pool.home, ids.v[i]);
+    bool held = sbx__lease_held(p->pool.home, ids.v[i]);
     if (!in.meta.managed && (held || in.ops->alive(&in))) {
       count++;
       if (!held) {
@@ -157,17 +157,17 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
     bool evicted = false;
     for (size_t i = 0; i < n_warm && !evicted; i++) {
       /* skip one being reclaimed or destroyed right now */
-      int fd = sbx_lock_take(p->pool.home, warm[i].id, true, true, NULL);
+      int fd = sbx__lock_take(p->pool.home, warm[i].id, true, true, NULL);
       if (fd < 0)
         continue;
-      if (!sbx_lease_held(p->pool.home, warm[i].id)) {
+      if (!sbx__lease_held(p->pool.home, warm[i].id)) {
         sbx_error_t derr = NULL;
         if (sbx__instance_destroy_id(&p->pool, warm[i].id, &derr) < 0) {
-          sbx_log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
+          sbx__log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
           sbx_error_release(&derr);
         } else {
-          sbx_log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
-          sbx_lock_drop(p->pool.home, warm[i].id, steal_fd(&fd));
+          sbx__log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
+          sbx__lock_drop(p->pool.home, warm[i].id, steal_fd(&fd));
         }
         evicted = true;
       }
@@ -175,13 +175,13 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
         close(fd);
     }
     if (!evicted)
-      sbx_log(SBX_LOG_WARNING,
-              "All %d replica slots are in active use; creating sandbox %s beyond the soft "
-              "limit",
-              p->pool.cfg->replicas, creating);
+      sbx__log(SBX_LOG_WARNING,
+               "All %d replica slots are in active use; creating sandbox %s beyond the soft "
+               "limit",
+               p->pool.cfg->replicas, creating);
   }
   free(warm);
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
 }
 
 static int health_check(struct sbx_instance *in, sbx_error_t *err)
@@ -215,7 +215,7 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
 {
   int pool = -1;
   if (o == NULL) {
-    pool = sbx_lock_take(p->pool.home, LOCK_POOL, true, false, err);
+    pool = sbx__lock_take(p->pool.home, LOCK_POOL, true, false, err);
     if (pool < 0)
       return NULL;
     enforce_cap(p, id);
@@ -240,8 +240,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     sbx_error_t aerr = NULL;
     if (p->pool.ops->adopt(in, user_data, &aerr) == 0)
       return sb; /* its meta was written complete above */
-    sbx_log(SBX_LOG_WARNING, "sandbox %s: adopting a spare failed (%s); launching a new one", id,
-            aerr->msg);
+    sbx__log(SBX_LOG_WARNING, "sandbox %s: adopting a spare failed (%s); launching a new one", id,
+             aerr->msg);
     sbx_error_release(&aerr);
     p->pool.ops->destroy(in, NULL);
     meta_forget_backend(&in->meta);
@@ -269,7 +269,7 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     if (!missing)
       sbx__instance_destroy_id(&p->pool, id, NULL); /* half-made by a crashed process */
     else {
-      cleanup_free char *dir = sbx_state_dir(p->pool.home, id);
+      cleanup_free char *dir = sbx__state_dir(p->pool.home, id);
       if (access(dir, F_OK) == 0)
         sbx__instance_destroy_id(&p->pool, id, NULL);
     }
@@ -277,36 +277,36 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
   }
   if (in.meta.spare_key) {
     /* a spare renamed to this id by a creator that died before writing its own metadata */
-    sbx_log(SBX_LOG_INFO, "sandbox %s is a spare its taker left half-made; replacing it", id);
+    sbx__log(SBX_LOG_INFO, "sandbox %s is a spare its taker left half-made; replacing it", id);
     sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
     return create(p, id, user, thread, NULL, err);
   }
   if (!in.meta.thread || strcmp(in.meta.user ? in.meta.user : "", user) != 0 ||
       strcmp(in.meta.thread, thread) != 0) {
-    sbx_make_error(err, 0, SBX_E_CONFLICT,
-                   "sandbox id %s collides with a sandbox of another scope; refusing to hand it "
-                   "over",
-                   id);
+    sbx__make_error(err, 0, SBX_E_CONFLICT,
+                    "sandbox id %s collides with a sandbox of another scope; refusing to hand it "
+                    "over",
+                    id);
     sbx__instance_free(&in);
     return NULL;
   }
   if (!in.ops->alive(&in)) {
-    sbx_log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
+    sbx__log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
     sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
     return create(p, id, user, thread, NULL, err);
   }
-  bool active = sbx_lease_held(p->pool.home, id);
+  bool active = sbx__lease_held(p->pool.home, id);
   if (!active && !in.meta.paused) {
     sbx_error_t herr = NULL;
     /* BoxLite's health_check_skip_seconds: recently used, a ping proves its init answers */
-    double idle = sbx_realtime_sec() - in.meta.last_used;
+    double idle = sbx__realtime_sec() - in.meta.last_used;
     bool recent = p->pool.cfg->health_check_skip_seconds > 0 &&
                   idle < p->pool.cfg->health_check_skip_seconds && in.ops->ping;
     if (recent ? in.ops->ping(&in, &herr) < 0 : health_check(&in, &herr) < 0) {
-      sbx_log(SBX_LOG_WARNING, "sandbox %s failed its health check (%s); replacing it", id,
-              herr->msg);
+      sbx__log(SBX_LOG_WARNING, "sandbox %s failed its health check (%s); replacing it", id,
+               herr->msg);
       sbx_error_release(&herr);
       sbx__instance_destroy(&in, NULL);
       sbx__instance_free(&in);
@@ -316,13 +316,13 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
   sb->in = in;
   sb->in.provider = p; /* the handle's owner, for sbx__sandbox_broken */
-  sb->lease_fd = sbx_lease_take(p->pool.home, id, err);
+  sb->lease_fd = sbx__lease_take(p->pool.home, id, err);
   if (sb->lease_fd < 0) {
     sbx__handle_free(sb);
     return NULL;
   }
-  sbx_lease_touch(p->pool.home, id, sb->lease_fd);
-  sb->in.meta.last_used = sbx_realtime_sec();
+  sbx__lease_touch(p->pool.home, id, sb->lease_fd);
+  sb->in.meta.last_used = sbx__realtime_sec();
   return sb;
 }
 
@@ -332,16 +332,16 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   if (user == NULL)
     user = "default";
   if (p->shut_down)
-    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
+    return sbx__make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
   char id[SBX_ID_LEN + 1];
   if (thread == NULL) {
-    if (!sbx_user_id_valid(user))
-      return sbx_make_error(err, 0, SBX_E_INVALID, "Invalid user_id: %s", user), NULL;
-    sbx_random_hex(id, SBX_ID_LEN);
+    if (!sbx__user_id_valid(user))
+      return sbx__make_error(err, 0, SBX_E_INVALID, "Invalid user_id: %s", user), NULL;
+    sbx__random_hex(id, SBX_ID_LEN);
   } else {
-    if (sbx_scope_check(user, thread, err) < 0)
+    if (sbx__scope_check(user, thread, err) < 0)
       return NULL;
-    sbx_scope_id(user, thread, id);
+    sbx__scope_id(user, thread, id);
   }
   pthread_mutex_lock(&p->lock);
   struct sbx_sandbox_s *have = held_find(p, id);
@@ -355,7 +355,7 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
   }
   pthread_mutex_unlock(&p->lock);
 
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
   pthread_mutex_lock(&p->lock);
@@ -375,8 +375,8 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
       sbx__instance_destroy(&sb->in, NULL);
       sbx__handle_free(sb);
       close(lock);
-      return sbx_make_error(err, 0, SBX_E_SHUTDOWN,
-                            "the sandbox provider was shut down during acquire"),
+      return sbx__make_error(err, 0, SBX_E_SHUTDOWN,
+                             "the sandbox provider was shut down during acquire"),
              NULL;
     }
     sb->next = p->held;
@@ -400,11 +400,11 @@ sbx_sandbox_t *sbx_get(sbx_provider_t *p, const char *id)
 static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, bool release, sbx_error_t *err)
 {
   int r = 0;
-  int lock = sbx_lock_take(p->pool.home, sb->in.meta.id, true, false, err);
+  int lock = sbx__lock_take(p->pool.home, sb->in.meta.id, true, false, err);
   if (lock < 0)
     return -1;
   if (release && !sb->broken && !p->shut_down && sb->in.ops->on_release && sb->in.meta.thread) {
-    cleanup_free char *user_data = sbx_thread_dir_ensure(
+    cleanup_free char *user_data = sbx__thread_dir_ensure(
         p->pool.home, sb->in.meta.user, sb->in.meta.thread, sb->in.ops->data_owner, NULL);
     if (user_data)
       sb->in.ops->on_release(&sb->in, user_data);
@@ -416,7 +416,7 @@ static int park(struct sbx_provider_s *p, struct sbx_sandbox_s *sb, bool release
       r = sbx__instance_destroy(&sb->in, err);
   } else {
     /* last-used first, then the lease: whoever sees it warm also sees the new time */
-    sbx_lease_touch(p->pool.home, sb->in.meta.id, sb->lease_fd);
+    sbx__lease_touch(p->pool.home, sb->in.meta.id, sb->lease_fd);
     close(sb->lease_fd);
     sb->lease_fd = -1;
   }
@@ -440,18 +440,18 @@ int sbx_release(sbx_provider_t *p, const char *id, sbx_error_t *err)
 
 int sbx_park(sbx_provider_t *p, const char *id, sbx_error_t *err)
 {
-  if (!sbx_id_valid(id))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
   if (sbx_get(p, id))
     return sbx_release(p, id, err);
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
   struct sbx_meta m;
-  int r = sbx_meta_read(p->pool.home, id, &m, err);
+  int r = sbx__meta_read(p->pool.home, id, &m, err);
   if (r == 0) {
-    sbx_lease_touch(p->pool.home, id, -1);
-    sbx_meta_free(&m);
+    sbx__lease_touch(p->pool.home, id, -1);
+    sbx__meta_free(&m);
   }
   close(lock);
   return r;
@@ -469,12 +469,12 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
 {
   static const struct sbx_create_opts none = {0};
   if (p->shut_down)
-    return sbx_make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
-  if (o && o->n_env && sbx_env_check(o->env, o->n_env, err) < 0)
+    return sbx__make_error(err, 0, SBX_E_SHUTDOWN, "the sandbox provider has been shut down"), NULL;
+  if (o && o->n_env && sbx__env_check(o->env, o->n_env, err) < 0)
     return NULL;
   char id[SBX_ID_LEN + 1];
-  sbx_random_hex(id, SBX_ID_LEN);
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+  sbx__random_hex(id, SBX_ID_LEN);
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
   struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
@@ -486,12 +486,12 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
 
 sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
 {
-  if (!sbx_id_valid(id))
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : ""), NULL;
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : ""), NULL;
   struct sbx_sandbox_s *have = sbx_get(p, id);
   if (have)
     return have;
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
   struct sbx_sandbox_s *sb = xzalloc(sizeof *sb);
@@ -502,15 +502,15 @@ sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_t *err)
     sbx_error_release(&lerr);
     free(sb);
     close(lock);
-    return sbx_make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
+    return sbx__make_error(err, 0, missing ? SBX_E_NOT_FOUND : SBX_E_IO, "no sandbox %s", id), NULL;
   }
   sb->in.provider = p;
   if (!sb->in.ops->alive(&sb->in)) {
     sbx__handle_free(sb);
     close(lock);
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s is not running", id), NULL;
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s is not running", id), NULL;
   }
-  sb->lease_fd = sbx_lease_take(p->pool.home, id, err);
+  sb->lease_fd = sbx__lease_take(p->pool.home, id, err);
   close(lock);
   if (sb->lease_fd < 0) {
     sbx__handle_free(sb);
@@ -534,18 +534,18 @@ static int meta_update(struct sbx_provider_s *p, const char *id,
                        int (*fn)(struct sbx_meta *m, void *arg, sbx_error_t *err), void *arg,
                        sbx_error_t *err)
 {
-  if (!sbx_id_valid(id))
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
   struct sbx_meta m;
-  int r = sbx_meta_read(p->pool.home, id, &m, err);
+  int r = sbx__meta_read(p->pool.home, id, &m, err);
   if (r == 0) {
     r = fn(&m, arg, err);
     if (r == 0)
-      r = sbx_meta_write(p->pool.home, &m, err);
-    sbx_meta_free(&m);
+      r = sbx__meta_write(p->pool.home, &m, err);
+    sbx__meta_free(&m);
   }
   close(lock);
   return r;
@@ -575,10 +575,10 @@ int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error
 char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err)
 {
   struct sbx_meta m;
-  if (sbx_meta_read(p->pool.home, id, &m, err) < 0)
+  if (sbx__meta_read(p->pool.home, id, &m, err) < 0)
     return NULL;
   char *r = xstrdup(m.extra ? m.extra : "{}");
-  sbx_meta_free(&m);
+  sbx__meta_free(&m);
   return r;
 }
 
@@ -587,9 +587,9 @@ static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
   struct sbx_provider_s *p = ((void **) arg)[0];
   bool paused = *(bool *) ((void **) arg)[1];
   struct sbx_instance in = {.provider = p, .home = p->pool.home, .cfg = p->pool.cfg, .meta = *m};
-  in.ops = sbx_backend_find(m->backend);
+  in.ops = sbx__backend_find(m->backend);
   if (in.ops == NULL || in.ops->pause == NULL)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
   if (in.ops->pause(&in, paused, err) < 0)
     return -1;
   m->paused = paused;
@@ -610,9 +610,9 @@ int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err)
 
 int sbx_scope_to_id(const char *user, const char *thread, char out[17], sbx_error_t *err)
 {
-  if (sbx_scope_check(user ? user : "default", thread, err) < 0)
+  if (sbx__scope_check(user ? user : "default", thread, err) < 0)
     return -1;
-  sbx_scope_id(user ? user : "default", thread, out);
+  sbx__scope_id(user ? user : "default", thread, out);
   return 0;
 }
 
@@ -622,10 +622,10 @@ void sbx__sandbox_broken(sbx_sandbox_t *sb)
   if (sb->broken)
     return;
   sb->broken = true;
-  sbx_log(SBX_LOG_WARNING, "sandbox %s is broken; evicting it", sb->in.meta.id);
+  sbx__log(SBX_LOG_WARNING, "sandbox %s is broken; evicting it", sb->in.meta.id);
   close(sb->lease_fd);
   sb->lease_fd = -1;
-  int lock = sbx_lock_take(p->pool.home, sb->in.meta.id, true, false, NULL);
+  int lock = sbx__lock_take(p->pool.home, sb->in.meta.id, true, false, NULL);
   sbx__instance_destroy(&sb->in, NULL);
   if (lock >= 0)
     close(lock);
@@ -633,8 +633,8 @@ void sbx__sandbox_broken(sbx_sandbox_t *sb)
 
 int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
 {
-  if (!sbx_id_valid(id))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id ? id : "");
   pthread_mutex_lock(&p->lock);
   struct sbx_sandbox_s *sb = held_find(p, id);
   if (sb)
@@ -642,15 +642,15 @@ int sbx_destroy(sbx_provider_t *p, const char *id, sbx_error_t *err)
   pthread_mutex_unlock(&p->lock);
   if (sb)
     sbx__handle_free(sb);
-  cleanup_free char *dir = sbx_state_dir(p->pool.home, id);
+  cleanup_free char *dir = sbx__state_dir(p->pool.home, id);
   if (access(dir, F_OK) < 0)
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id);
-  int lock = sbx_lock_take(p->pool.home, id, true, false, err);
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id);
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return -1;
   int r = sbx__instance_destroy_id(&p->pool, id, err);
   if (r == 0)
-    sbx_lock_drop(p->pool.home, id, lock);
+    sbx__lock_drop(p->pool.home, id, lock);
   else
     close(lock);
   return r;
@@ -719,7 +719,7 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
   *out = NULL;
   *n = 0;
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(p->pool.home, &ids, err) < 0)
+  if (sbx__state_list_ids(p->pool.home, &ids, err) < 0)
     return -1;
   struct sbx_sandbox_info *v = xzalloc((ids.n + 1) * sizeof *v);
   size_t k = 0;
@@ -740,15 +740,15 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
     info->last_used = in.meta.last_used;
     info->paused = in.meta.paused;
     bool alive = in.ops->alive(&in);
-    info->state = !alive                                   ? SBX_STATE_DEAD
-                  : sbx_lease_held(p->pool.home, ids.v[i]) ? SBX_STATE_ACTIVE
-                                                           : SBX_STATE_WARM;
+    info->state = !alive                                    ? SBX_STATE_DEAD
+                  : sbx__lease_held(p->pool.home, ids.v[i]) ? SBX_STATE_ACTIVE
+                                                            : SBX_STATE_WARM;
     info->memory = alive && in.ops->memory ? in.ops->memory(&in) : -1;
-    sbx_lease_owners(p->pool.home, ids.v[i], &info->owners, &info->n_owners);
+    sbx__lease_owners(p->pool.home, ids.v[i], &info->owners, &info->n_owners);
     sbx__instance_free(&in);
     k++;
   }
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   *out = v;
   *n = k;
   return 0;

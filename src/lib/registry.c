@@ -16,12 +16,12 @@ int sbx__backend_register(const struct sbx_backend_ops *ops)
   return -1;
 }
 
-const struct sbx_backend_ops *sbx_backend_find(const char *name)
+const struct sbx_backend_ops *sbx__backend_find(const char *name)
 {
   if (name == NULL || strcmp(name, "linux") == 0)
-    return &sbx_backend_linux;
+    return &sbx__backend_linux;
   if (strcmp(name, "opensandbox") == 0)
-    return &sbx_backend_opensandbox;
+    return &sbx__backend_opensandbox;
   for (size_t i = 0; i < ARRAY_SIZE(added) && added[i]; i++)
     if (strcmp(name, added[i]->name) == 0)
       return added[i];

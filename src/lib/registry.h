@@ -4,10 +4,10 @@
 
 #include "backend.h"
 
-extern const struct sbx_backend_ops sbx_backend_linux;
-extern const struct sbx_backend_ops sbx_backend_opensandbox;
+extern const struct sbx_backend_ops sbx__backend_linux;
+extern const struct sbx_backend_ops sbx__backend_opensandbox;
 /* NULL name: the default (linux); NULL if there is no backend of that name. */
-const struct sbx_backend_ops *sbx_backend_find(const char *name);
+const struct sbx_backend_ops *sbx__backend_find(const char *name);
 /* Adds a backend under ops->name (not thread-safe: before any provider exists). -1 if full. */
 int sbx__backend_register(const struct sbx_backend_ops *ops);
 

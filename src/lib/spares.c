@@ -33,7 +33,7 @@ struct sbx_spares *sbx__spares_new(const char *home, const struct sbx_config *cf
     free(sp);
     return NULL;
   }
-  sp->since = sbx_realtime_sec();
+  sp->since = sbx__realtime_sec();
   return sp;
 }
 
@@ -55,22 +55,22 @@ char *sbx__spare_key(const struct sbx_pool *pool, const struct sbx_create_opts *
   if (o && o->image)
     image = o->image;
   sbx_buf_t b = {0};
-  sbx_buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", pool->ops->name, image,
-                 (long long) c->pids, c->network ? c->network : "none",
-                 (unsigned long long) c->tmp_size_mib, (unsigned long long) c->home_size_mib);
+  sbx__buf_printf(&b, "%s image=%s pids=%lld network=%s tmp=%llu home=%llu", pool->ops->name, image,
+                  (long long) c->pids, c->network ? c->network : "none",
+                  (unsigned long long) c->tmp_size_mib, (unsigned long long) c->home_size_mib);
   /* a spare's upper is capped (or not) when it is launched */
   if (c->disk_mib && strcmp(image, "host") != 0)
-    sbx_buf_printf(&b, " disk=%llu", (unsigned long long) c->disk_mib);
+    sbx__buf_printf(&b, " disk=%llu", (unsigned long long) c->disk_mib);
   for (size_t i = 0; i < c->n_mounts; i++) {
     /* adopting replaces the mount on /mnt/user-data, and everything under it */
     if (strncmp(c->mounts[i].container_path, "/mnt/user-data", 14) == 0) {
-      sbx_buf_free(&b);
+      sbx__buf_free(&b);
       return NULL;
     }
-    sbx_buf_printf(&b, " mount=%s:%s:%s", c->mounts[i].host_path, c->mounts[i].container_path,
-                   c->mounts[i].read_only ? "ro" : "rw");
+    sbx__buf_printf(&b, " mount=%s:%s:%s", c->mounts[i].host_path, c->mounts[i].container_path,
+                    c->mounts[i].read_only ? "ro" : "rw");
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 /* Do two spare keys name the same image? ("BACKEND image=NAME ...") */
@@ -95,7 +95,7 @@ static bool spare_usable(const struct sbx_pool *sp, const char *id, const char *
     return false; /* half-made: gc's business */
   }
   bool ok = in.meta.spare_key && strcmp(in.meta.spare_key, key) == 0 && in.ops->alive(&in) &&
-            !sbx_lease_held(sp->home, id);
+            !sbx__lease_held(sp->home, id);
   if (!ok && keep_other_images && in.meta.spare_key && !same_image(in.meta.spare_key, key) &&
       in.ops->alive(&in)) {
     /* taking: a spare of another image is not stale, it waits for a create of its own image
@@ -103,9 +103,9 @@ static bool spare_usable(const struct sbx_pool *sp, const char *id, const char *
     sbx__instance_free(&in);
     return false;
   }
-  if (!ok && !sbx_lease_held(sp->home, id)) {
-    sbx_log(SBX_LOG_INFO, "removing spare %s (%s)", id,
-            in.ops->alive(&in) ? "made for another configuration" : "dead");
+  if (!ok && !sbx__lease_held(sp->home, id)) {
+    sbx__log(SBX_LOG_INFO, "removing spare %s (%s)", id,
+             in.ops->alive(&in) ? "made for another configuration" : "dead");
     sbx__instance_free(&in);
     sbx__instance_destroy_id(sp, id, NULL);
     return false;
@@ -124,16 +124,16 @@ bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_inst
     return false;
   const struct sbx_pool *sp = &spares->pool;
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(sp->home, &ids, NULL) < 0)
+  if (sbx__state_list_ids(sp->home, &ids, NULL) < 0)
     return false;
   bool taken = false;
   for (size_t i = 0; i < ids.n && !taken; i++) {
-    int lock = sbx_lock_take(sp->home, ids.v[i], true, true, NULL);
+    int lock = sbx__lock_take(sp->home, ids.v[i], true, true, NULL);
     if (lock < 0)
       continue; /* being made, taken or reaped by someone else */
     struct sbx_meta m;
     if (spare_usable(sp, ids.v[i], key, true, &m)) {
-      cleanup_free char *from = sbx_state_dir(sp->home, ids.v[i]);
+      cleanup_free char *from = sbx__state_dir(sp->home, ids.v[i]);
       if (renameat2(AT_FDCWD, from, AT_FDCWD, in->dir, RENAME_NOREPLACE) == 0) {
         in->meta.pid = m.pid;
         in->meta.pid_start = m.pid_start;
@@ -143,17 +143,18 @@ bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_inst
         in->meta.backend_json = m.backend_json;
         m.cgroups = m.remote_id = m.backend_json = NULL;
         taken = true;
-        sbx_log(SBX_LOG_DEBUG, "sandbox %s: took spare %s", in->meta.id, ids.v[i]);
-        sbx_lock_drop(sp->home, ids.v[i], steal_fd(&lock));
+        sbx__log(SBX_LOG_DEBUG, "sandbox %s: took spare %s", in->meta.id, ids.v[i]);
+        sbx__lock_drop(sp->home, ids.v[i], steal_fd(&lock));
       } else {
-        sbx_log(SBX_LOG_WARNING, "take spare %s as %s: %s", ids.v[i], in->meta.id, strerror(errno));
+        sbx__log(SBX_LOG_WARNING, "take spare %s as %s: %s", ids.v[i], in->meta.id,
+                 strerror(errno));
       }
-      sbx_meta_free(&m);
+      sbx__meta_free(&m);
     }
     if (lock >= 0)
       close(lock);
   }
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   return taken;
 }
 
@@ -161,11 +162,11 @@ bool sbx__spare_take(struct sbx_spares *spares, const char *key, struct sbx_inst
 static int spares_count(const struct sbx_pool *sp, const char *key)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(sp->home, &ids, NULL) < 0)
+  if (sbx__state_list_ids(sp->home, &ids, NULL) < 0)
     return 0;
   int n = 0;
   for (size_t i = 0; i < ids.n; i++) {
-    int lock = sbx_lock_take(sp->home, ids.v[i], true, true, NULL);
+    int lock = sbx__lock_take(sp->home, ids.v[i], true, true, NULL);
     if (lock < 0) {
       n++; /* busy: being made (or taken, then it is gone next time) */
       continue;
@@ -173,17 +174,17 @@ static int spares_count(const struct sbx_pool *sp, const char *key)
     n += spare_usable(sp, ids.v[i], key, false, NULL);
     close(lock);
   }
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   return n;
 }
 
 int sbx__spares_ready(const struct sbx_spares *sp)
 {
   sbx_strv_t ids = {0};
-  if (sbx_state_list_ids(sp->pool.home, &ids, NULL) < 0)
+  if (sbx__state_list_ids(sp->pool.home, &ids, NULL) < 0)
     return 0;
   int n = (int) ids.n;
-  sbx_strv_free(&ids);
+  sbx__strv_free(&ids);
   return n;
 }
 
@@ -192,12 +193,12 @@ int sbx__spares_fill(struct sbx_spares *spares, const bool *stop, sbx_error_t *e
   const struct sbx_pool *sp = &spares->pool;
   if (sp->cfg->spares <= 0 || sp->ops->adopt == NULL || *stop)
     return 0;
-  int fill = sbx_lock_take(sp->home, SBX_LOCK_FILL, true, true, NULL);
+  int fill = sbx__lock_take(sp->home, SBX_LOCK_FILL, true, true, NULL);
   if (fill < 0)
     return 0; /* another process is filling */
   /* a `down` since this was asked for (since the provider was made, or the last call) wins */
   double since = spares->since;
-  spares->since = sbx_realtime_sec();
+  spares->since = sbx__realtime_sec();
   cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, sp->home);
   struct stat st;
   if (stat(stamp, &st) == 0 &&
@@ -209,8 +210,8 @@ int sbx__spares_fill(struct sbx_spares *spares, const bool *stop, sbx_error_t *e
   int have = spares_count(sp, key), made = 0, r = 0;
   while (have < sp->cfg->spares && !*stop) {
     char id[SBX_ID_LEN + 1];
-    sbx_random_hex(id, SBX_ID_LEN);
-    int lock = sbx_lock_take(sp->home, id, true, false, err);
+    sbx__random_hex(id, SBX_ID_LEN);
+    int lock = sbx__lock_take(sp->home, id, true, false, err);
     if (lock < 0) {
       r = -1;
       break;
@@ -246,8 +247,8 @@ int sbx__spares_shutdown(struct sbx_spares *spares, sbx_error_t *err)
   cleanup_free char *stamp = xasprintf("%s/locks/" SBX_DOWN_STAMP, sp->home);
   cleanup_close int fd = open(stamp, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0 || futimens(fd, NULL) < 0)
-    sbx_log(SBX_LOG_WARNING, "shutdown: stamp `%s`: %s", stamp, strerror(errno));
-  cleanup_close int fill = sbx_lock_take(sp->home, SBX_LOCK_FILL, true, false, NULL);
+    sbx__log(SBX_LOG_WARNING, "shutdown: stamp `%s`: %s", stamp, strerror(errno));
+  cleanup_close int fill = sbx__lock_take(sp->home, SBX_LOCK_FILL, true, false, NULL);
   (void) fill; /* held to the end of the scope (clang's -Wunused-variable) */
   return sbx__pool_destroy_all(sp, err);
 }

@@ -12,7 +12,7 @@
 
 #define META_MAX (1u << 20)
 
-void sbx_meta_free(struct sbx_meta *m)
+void sbx__meta_free(struct sbx_meta *m)
 {
   free(m->user);
   free(m->thread);
@@ -23,11 +23,11 @@ void sbx_meta_free(struct sbx_meta *m)
   free(m->backend_json);
   free(m->extra);
   free(m->spare_key);
-  sbx_strv_free(&m->env);
+  sbx__strv_free(&m->env);
   memset(m, 0, sizeof *m);
 }
 
-char *sbx_state_dir(const char *home, const char *id)
+char *sbx__state_dir(const char *home, const char *id)
 {
   return xasprintf("%s/sandboxes/%s", home, id);
 }
@@ -38,21 +38,21 @@ static char *dup_json_str(json_t *o, const char *key)
   return s ? xstrdup(s) : NULL;
 }
 
-int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err)
+int sbx__meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err)
 {
   memset(m, 0, sizeof *m);
-  if (!sbx_id_valid(id))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id);
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", id);
   cleanup_free char *path = xasprintf("%s/sandboxes/%s/meta", home, id);
   cleanup_free char *data = NULL;
   size_t len = 0;
-  if (sbx_read_file_at(AT_FDCWD, path, META_MAX, &data, &len) < 0)
-    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO,
-                          "sandbox %s: read `%s`", id, path);
+  if (sbx__read_file_at(AT_FDCWD, path, META_MAX, &data, &len) < 0)
+    return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO,
+                           "sandbox %s: read `%s`", id, path);
   json_error_t je;
   json_auto_t *o = json_loadb(data, len, 0, &je);
   if (o == NULL || !json_is_object(o))
-    return sbx_make_error(err, 0, SBX_E_IO, "sandbox %s: corrupt `%s`", id, path);
+    return sbx__make_error(err, 0, SBX_E_IO, "sandbox %s: corrupt `%s`", id, path);
   snprintf(m->id, sizeof m->id, "%s", id);
   m->user = dup_json_str(o, "user");
   m->thread = dup_json_str(o, "thread");
@@ -83,7 +83,7 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   json_array_foreach(json_object_get(o, "env"), i, v)
   {
     if (json_is_string(v))
-      sbx_strv_push(&m->env, json_string_value(v));
+      sbx__strv_push(&m->env, json_string_value(v));
   }
   json_t *extra = json_object_get(o, "extra");
   if (json_is_object(extra))
@@ -93,7 +93,7 @@ int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_erro
   return 0;
 }
 
-int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
+int sbx__meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
 {
   json_t *o = json_object();
   json_object_set_new(o, "id", json_string(m->id));
@@ -146,45 +146,45 @@ int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err)
   cleanup_free char *data = json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS);
   json_decref(o);
   if (data == NULL)
-    return sbx_make_error(err, 0, SBX_E_INTERNAL, "sandbox %s: encode metadata", m->id);
-  cleanup_free char *dir = sbx_state_dir(home, m->id);
+    return sbx__make_error(err, 0, SBX_E_INTERNAL, "sandbox %s: encode metadata", m->id);
+  cleanup_free char *dir = sbx__state_dir(home, m->id);
   cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   /* not durable: a sandbox does not survive the host going down, its metadata need not */
-  if (dfd < 0 || sbx_write_file_at(dfd, "meta", data, strlen(data), 0600, false) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: write `%s/meta`", m->id, dir);
+  if (dfd < 0 || sbx__write_file_at(dfd, "meta", data, strlen(data), 0600, false) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "sandbox %s: write `%s/meta`", m->id, dir);
   return 0;
 }
 
-int sbx_state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err)
+int sbx__state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err)
 {
   cleanup_free char *dir = xasprintf("%s/sandboxes", home);
   cleanup_dir DIR *d = opendir(dir);
   if (d == NULL) {
     if (errno == ENOENT)
       return 0;
-    return sbx_make_error(err, errno, SBX_E_IO, "list `%s`", dir);
+    return sbx__make_error(err, errno, SBX_E_IO, "list `%s`", dir);
   }
   struct dirent *de;
   while ((de = readdir(d)) != NULL)
-    if (sbx_id_valid(de->d_name))
-      sbx_strv_push(ids, de->d_name);
-  sbx_strv_sort(ids);
+    if (sbx__id_valid(de->d_name))
+      sbx__strv_push(ids, de->d_name);
+  sbx__strv_sort(ids);
   return 0;
 }
 
-int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
-                  sbx_error_t *err)
+int sbx__lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
+                   sbx_error_t *err)
 {
   cleanup_free char *path = xasprintf("%s/locks/%s", home, name);
   for (;;) {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 && errno == ENOENT) {
       cleanup_free char *dir = xasprintf("%s/locks", home);
-      if (sbx_mkdir_p(dir, 0700) == 0)
+      if (sbx__mkdir_p(dir, 0700) == 0)
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     }
     if (fd < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "open lock `%s`", path);
+      return sbx__make_error(err, errno, SBX_E_IO, "open lock `%s`", path);
     int op = (exclusive ? LOCK_EX : LOCK_SH) | (nonblock ? LOCK_NB : 0);
     if (TEMP_FAILURE_RETRY(flock(fd, op)) < 0) {
       int saved = errno;
@@ -193,9 +193,9 @@ int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonbl
         errno = EWOULDBLOCK;
         return -1;
       }
-      return sbx_make_error(err, saved, SBX_E_IO, "lock `%s`", path);
+      return sbx__make_error(err, saved, SBX_E_IO, "lock `%s`", path);
     }
-    /* sbx_lock_drop unlinks a lock while holding it: one taken on a file no longer at the path
+    /* sbx__lock_drop unlinks a lock while holding it: one taken on a file no longer at the path
      * guards nothing (a newcomer locks a new file); take the one that is there */
     struct stat held, now;
     if (fstat(fd, &held) == 0 && lstat(path, &now) == 0 && held.st_dev == now.st_dev &&
@@ -205,7 +205,7 @@ int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonbl
   }
 }
 
-void sbx_lock_drop(const char *home, const char *name, int fd)
+void sbx__lock_drop(const char *home, const char *name, int fd)
 {
   if (fd < 0)
     return;
@@ -214,21 +214,21 @@ void sbx_lock_drop(const char *home, const char *name, int fd)
   close(fd);
 }
 
-int sbx_lease_take(const char *home, const char *id, sbx_error_t *err)
+int sbx__lease_take(const char *home, const char *id, sbx_error_t *err)
 {
   cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
   int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "open lease `%s`", path);
+    return sbx__make_error(err, errno, SBX_E_IO, "open lease `%s`", path);
   if (TEMP_FAILURE_RETRY(flock(fd, LOCK_SH)) < 0) {
     int saved = errno;
     close(fd);
-    return sbx_make_error(err, saved, SBX_E_IO, "take lease `%s`", path);
+    return sbx__make_error(err, saved, SBX_E_IO, "take lease `%s`", path);
   }
   return fd;
 }
 
-void sbx_lease_touch(const char *home, const char *id, int fd)
+void sbx__lease_touch(const char *home, const char *id, int fd)
 {
   if (fd >= 0 && futimens(fd, NULL) == 0)
     return;
@@ -236,7 +236,7 @@ void sbx_lease_touch(const char *home, const char *id, int fd)
   utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
 }
 
-bool sbx_lease_held(const char *home, const char *id)
+bool sbx__lease_held(const char *home, const char *id)
 {
   cleanup_free char *path = xasprintf("%s/sandboxes/%s/lease", home, id);
   cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -248,7 +248,7 @@ bool sbx_lease_held(const char *home, const char *id)
   return false;
 }
 
-int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n)
+int sbx__lease_owners(const char *home, const char *id, long **pids, size_t *n)
 {
   *pids = NULL;
   *n = 0;
@@ -305,19 +305,19 @@ static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, bo
   return fd;
 }
 
-char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
-                            sbx_error_t *err)
+char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
+                             sbx_error_t *err)
 {
   const char *parts[] = {"users", user, "threads", thread, "user-data"};
   cleanup_close int fd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "open `%s`", home), NULL;
+    return sbx__make_error(err, errno, SBX_E_IO, "open `%s`", home), NULL;
   for (size_t i = 0; i < ARRAY_SIZE(parts); i++) {
     bool last = i + 1 == ARRAY_SIZE(parts);
     int next = open_dir_at(fd, parts[i], last ? 0755 : 0711, owner, last);
     if (next < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`", parts[i],
-                            home),
+      return sbx__make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`", parts[i],
+                             home),
              NULL;
     close(fd);
     fd = next;
@@ -326,10 +326,10 @@ char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thre
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     int sub = open_dir_at(fd, subs[i], 0755, owner, true);
     if (sub < 0)
-      return sbx_make_error(err, errno, SBX_E_IO,
-                            "create `%s` in the user-data folder of thread %s (a symlink there "
-                            "is refused)",
-                            subs[i], thread),
+      return sbx__make_error(err, errno, SBX_E_IO,
+                             "create `%s` in the user-data folder of thread %s (a symlink there "
+                             "is refused)",
+                             subs[i], thread),
              NULL;
     close(sub);
   }

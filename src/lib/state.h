@@ -42,29 +42,29 @@ struct sbx_meta {
   char *spare_key; /* a spare (spares.c): the configuration it was made for */
 };
 
-void sbx_meta_free(struct sbx_meta *m);
-char *sbx_state_dir(const char *home, const char *id);
-int sbx_meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err);
-int sbx_meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err);
+void sbx__meta_free(struct sbx_meta *m);
+char *sbx__state_dir(const char *home, const char *id);
+int sbx__meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err);
+int sbx__meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err);
 /* Ids of every sandbox directory in the pool. */
-int sbx_state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err);
+int sbx__state_list_ids(const char *home, sbx_strv_t *ids, sbx_error_t *err);
 /* Opens (creating) and flocks $home/locks/<name>. nonblock: -1 with EWOULDBLOCK if busy. */
-int sbx_lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
-                  sbx_error_t *err);
+int sbx__lock_take(const char *home, const char *name, bool exclusive, bool nonblock,
+                   sbx_error_t *err);
 /* Removes the lock file (its sandbox is gone) and releases it: for an exclusive lock only. */
-void sbx_lock_drop(const char *home, const char *name, int fd);
+void sbx__lock_drop(const char *home, const char *name, int fd);
 /* Lease handling on $dir/lease: take a shared lease (returns the fd), and test whether anyone
  * holds one. */
-int sbx_lease_take(const char *home, const char *id, sbx_error_t *err);
-bool sbx_lease_held(const char *home, const char *id);
+int sbx__lease_take(const char *home, const char *id, sbx_error_t *err);
+bool sbx__lease_held(const char *home, const char *id);
 /* Records "used now": the lease file's mtime is the sandbox's last-used time. fd: an open
  * lease fd, or -1 to go by path. */
-void sbx_lease_touch(const char *home, const char *id, int fd);
+void sbx__lease_touch(const char *home, const char *id, int fd);
 /* pids holding a lease on the sandbox (from /proc/locks). */
-int sbx_lease_owners(const char *home, const char *id, long **pids, size_t *n);
+int sbx__lease_owners(const char *home, const char *id, long **pids, size_t *n);
 /* Creates the host thread folder for (user, thread) safely (no symlink is ever followed) and
  * returns the path of its user-data directory. */
-char *sbx_thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
-                            sbx_error_t *err);
+char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
+                             sbx_error_t *err);
 
 #endif

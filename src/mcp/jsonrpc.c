@@ -128,7 +128,7 @@ char *mcp_error_text(json_t *id, int code, const char *msg)
 {
   /* a parser's message may quote the input: never let it break the answer's UTF-8 */
   size_t n;
-  cleanup_free char *clean = sbx_utf8_sanitize(msg ? msg : "", msg ? strlen(msg) : 0, &n);
+  cleanup_free char *clean = sbx__utf8_sanitize(msg ? msg : "", msg ? strlen(msg) : 0, &n);
   json_t *j = json_pack("{s:s,s:O,s:{s:i,s:s%}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                         "error", "code", code, "message", clean, n);
   return dump(j);

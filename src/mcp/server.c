@@ -68,7 +68,7 @@ struct mcp_session *mcp_session_new(const struct mcp_host *host, const char *use
     s->thread = xstrdup(thread);
   } else {
     char hex[13];
-    sbx_random_hex(hex, 12);
+    sbx__random_hex(hex, 12);
     hex[12] = '\0';
     s->thread = xasprintf("mcp-%s", hex);
   }
@@ -163,7 +163,7 @@ static sbx_sandbox_t *use_sandbox(struct mcp_session *s, sbx_error_t *err)
 static json_t *jtext(const char *s, size_t len)
 {
   size_t n;
-  cleanup_free char *clean = sbx_utf8_sanitize(s, len, &n);
+  cleanup_free char *clean = sbx__utf8_sanitize(s, len, &n);
   return json_stringn(clean, n);
 }
 
@@ -281,15 +281,15 @@ static int64_t aint(json_t *args, const char *k, int64_t def)
 static char *path_to_uri(const char *path)
 {
   sbx_buf_t b = {0};
-  sbx_buf_puts(&b, "file://");
+  sbx__buf_puts(&b, "file://");
   for (const unsigned char *p = (const unsigned char *) path; *p; p++) {
     if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
         strchr("-._~/", *p))
-      sbx_buf_putc(&b, (char) *p);
+      sbx__buf_putc(&b, (char) *p);
     else
-      sbx_buf_printf(&b, "%%%02X", *p);
+      sbx__buf_printf(&b, "%%%02X", *p);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 static int hexval(char c)
@@ -303,26 +303,26 @@ static int hexval(char c)
 /* The path of a file:// URI under the outputs folder, or NULL. */
 static char *uri_to_path(const char *uri)
 {
-  if (!sbx_str_has_prefix(uri, "file://"))
+  if (!sbx__str_has_prefix(uri, "file://"))
     return NULL;
   sbx_buf_t b = {0};
   for (const char *p = uri + 7; *p; p++) {
     if (*p == '%') {
       int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
       if (lo < 0 || (hi == 0 && lo == 0)) {
-        sbx_buf_free(&b);
+        sbx__buf_free(&b);
         return NULL;
       }
-      sbx_buf_putc(&b, (char) (hi * 16 + lo));
+      sbx__buf_putc(&b, (char) (hi * 16 + lo));
       p += 2;
     } else if (*p == '?' || *p == '#') {
       break;
     } else {
-      sbx_buf_putc(&b, *p);
+      sbx__buf_putc(&b, *p);
     }
   }
-  char *path = sbx_buf_steal(&b);
-  if (!sbx_str_has_prefix(path, OUTPUTS_DIR "/")) {
+  char *path = sbx__buf_steal(&b);
+  if (!sbx__str_has_prefix(path, OUTPUTS_DIR "/")) {
     free(path);
     return NULL;
   }
@@ -343,7 +343,7 @@ static const char *mime_of(const char *path)
       {".pdf", "application/pdf"},   {".zip", "application/zip"},  {".gz", "application/gzip"},
   };
   for (size_t i = 0; i < ARRAY_SIZE(types); i++)
-    if (sbx_str_has_suffix(path, types[i].ext))
+    if (sbx__str_has_suffix(path, types[i].ext))
       return types[i].type;
   return NULL;
 }
@@ -353,10 +353,10 @@ static json_t *resource_contents(const char *path, const void *data, size_t len)
 {
   cleanup_free char *uri = path_to_uri(path);
   const char *mime = mime_of(path);
-  bool text =
-      sbx_utf8_valid(data, len) && memchr(data, '\0', len) == NULL &&
-      (mime == NULL || sbx_str_has_prefix(mime, "text/") ||
-       sbx_str_has_prefix(mime, "application/json") || strstr(mime, "xml") || strstr(mime, "yaml"));
+  bool text = sbx__utf8_valid(data, len) && memchr(data, '\0', len) == NULL &&
+              (mime == NULL || sbx__str_has_prefix(mime, "text/") ||
+               sbx__str_has_prefix(mime, "application/json") || strstr(mime, "xml") ||
+               strstr(mime, "yaml"));
   json_t *j = json_pack("{s:s,s:s}", "uri", uri, "mimeType",
                         mime   ? mime
                         : text ? "text/plain"
@@ -364,7 +364,7 @@ static json_t *resource_contents(const char *path, const void *data, size_t len)
   if (text) {
     json_object_set_new(j, "text", json_stringn(data, len));
   } else {
-    char *b = sbx_base64_encode(data, len);
+    char *b = sbx__base64_encode(data, len);
     json_object_set_new(j, "blob", json_string(b));
     free(b);
   }
@@ -463,10 +463,10 @@ static json_t *tool_execute(struct ctx *c, json_t *args)
   const char *k;
   json_t *v;
   json_object_foreach(json_object_get(args, "env"), k, v)
-      sbx_strv_push_owned(&env, xasprintf("%s=%s", k, json_string_value(v)));
+      sbx__strv_push_owned(&env, xasprintf("%s=%s", k, json_string_value(v)));
   o.env = (const char *const *) env.v;
   o.n_env = env.n;
-  struct exec_state e = {.c = c, .t0 = sbx_now_ms()};
+  struct exec_state e = {.c = c, .t0 = sbx__now_ms()};
   pthread_mutex_init(&e.lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -489,7 +489,7 @@ static json_t *tool_execute(struct ctx *c, json_t *args)
     pthread_join(ticker, NULL);
   pthread_cond_destroy(&e.cond);
   pthread_mutex_destroy(&e.lock);
-  sbx_strv_free(&env);
+  sbx__strv_free(&env);
   pthread_mutex_lock(&c->s->lock);
   c->call->cmd_id[0] = '\0';
   pthread_mutex_unlock(&c->s->lock);
@@ -524,11 +524,11 @@ static char *truncate_chars(const char *text, size_t len, size_t max, const char
       break;
   }
   sbx_buf_t b = {0};
-  sbx_buf_append(&b, text, bytes);
+  sbx__buf_append(&b, text, bytes);
   if (kept != max)
-    sbx_buf_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept, total,
-                   hint);
-  return sbx_buf_steal(&b);
+    sbx__buf_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept, total,
+                    hint);
+  return sbx__buf_steal(&b);
 }
 
 static const struct arg_spec read_args[] = {
@@ -582,7 +582,7 @@ static json_t *tool_update(struct ctx *c, json_t *args)
   json_t *data = json_object_get(args, "content_base64");
   size_t len = 0;
   cleanup_free unsigned char *bytes =
-      sbx_base64_decode(json_string_value(data), json_string_length(data), &len);
+      sbx__base64_decode(json_string_value(data), json_string_length(data), &len);
   if (bytes == NULL)
     return bad_args("'content_base64' is not valid base64");
   sbx_error_t err = NULL;
@@ -600,7 +600,7 @@ static json_t *tool_download(struct ctx *c, json_t *args)
   sbx_error_t err = NULL;
   struct sbx_file_info fi = {0};
   /* the contract's checks first (prefix, traversal), then ours: one message holds the file */
-  if (sbx_str_has_prefix(path, "/mnt/user-data/") && sbx_stat(c->sb, path, &fi, NULL) == 0 &&
+  if (sbx__str_has_prefix(path, "/mnt/user-data/") && sbx_stat(c->sb, path, &fi, NULL) == 0 &&
       fi.size > MCP_DOWNLOAD_MAX) {
     free(fi.path);
     cleanup_free char *m =
@@ -646,11 +646,11 @@ static json_t *tool_list(struct ctx *c, json_t *args)
   sbx_buf_t b = {0};
   for (size_t i = 0; i < n; i++) {
     if (i)
-      sbx_buf_putc(&b, '\n');
-    sbx_buf_puts(&b, v[i]);
+      sbx__buf_putc(&b, '\n');
+    sbx__buf_puts(&b, v[i]);
   }
   sbx_strv_free_array(v, n);
-  cleanup_free char *text = sbx_buf_steal(&b);
+  cleanup_free char *text = sbx__buf_steal(&b);
   return text_result(n ? text : "(empty)", false);
 }
 
@@ -685,20 +685,20 @@ static json_t *tool_glob(struct ctx *c, json_t *args)
   sbx_buf_t b = {0};
   json_t *matches = json_array();
   if (n == 0) {
-    sbx_buf_printf(&b, "No files matched under %s", root);
+    sbx__buf_printf(&b, "No files matched under %s", root);
   } else {
-    sbx_buf_printf(&b, "Found %zu paths under %s", n, root);
+    sbx__buf_printf(&b, "Found %zu paths under %s", n, root);
     if (truncated)
-      sbx_buf_printf(&b, " (showing first %zu)", n);
+      sbx__buf_printf(&b, " (showing first %zu)", n);
     for (size_t i = 0; i < n; i++) {
-      sbx_buf_printf(&b, "\n%zu. %s", i + 1, v[i]);
+      sbx__buf_printf(&b, "\n%zu. %s", i + 1, v[i]);
       json_array_append_new(matches, jtext(v[i], strlen(v[i])));
     }
   }
   if (truncated)
-    sbx_buf_puts(&b, "\nResults truncated. Narrow the path or pattern to see fewer matches.");
+    sbx__buf_puts(&b, "\nResults truncated. Narrow the path or pattern to see fewer matches.");
   sbx_strv_free_array(v, n);
-  cleanup_free char *text = sbx_buf_steal(&b);
+  cleanup_free char *text = sbx__buf_steal(&b);
   json_t *res = text_result(text, false);
   json_object_set_new(res, "structuredContent",
                       json_pack("{s:o,s:b}", "matches", matches, "truncated", truncated));
@@ -730,28 +730,28 @@ static json_t *tool_grep(struct ctx *c, json_t *args)
   sbx_buf_t b = {0};
   json_t *matches = json_array();
   if (n == 0 && truncated) {
-    sbx_buf_printf(&b,
-                   "Results truncated while searching under %s; matches may exist beyond the "
-                   "provider scan budget. Narrow the path or add a glob filter.",
-                   root);
+    sbx__buf_printf(&b,
+                    "Results truncated while searching under %s; matches may exist beyond the "
+                    "provider scan budget. Narrow the path or add a glob filter.",
+                    root);
   } else if (n == 0) {
-    sbx_buf_printf(&b, "No matches found under %s", root);
+    sbx__buf_printf(&b, "No matches found under %s", root);
   } else {
-    sbx_buf_printf(&b, "Found %zu matches under %s", n, root);
+    sbx__buf_printf(&b, "Found %zu matches under %s", n, root);
     if (truncated)
-      sbx_buf_printf(&b, " (showing first %zu)", n);
+      sbx__buf_printf(&b, " (showing first %zu)", n);
     for (size_t i = 0; i < n; i++) {
-      sbx_buf_printf(&b, "\n%s:%" PRIu64 ": %s", m[i].path, m[i].line_number, m[i].line);
+      sbx__buf_printf(&b, "\n%s:%" PRIu64 ": %s", m[i].path, m[i].line_number, m[i].line);
       json_array_append_new(matches,
                             json_pack("{s:o,s:I,s:o}", "path", jtext(m[i].path, strlen(m[i].path)),
                                       "line_number", (json_int_t) m[i].line_number, "line",
                                       jtext(m[i].line, strlen(m[i].line))));
     }
     if (truncated)
-      sbx_buf_puts(&b, "\nResults truncated. Narrow the path or add a glob filter.");
+      sbx__buf_puts(&b, "\nResults truncated. Narrow the path or add a glob filter.");
   }
   sbx_grep_matches_free(m, n);
-  cleanup_free char *text = sbx_buf_steal(&b);
+  cleanup_free char *text = sbx__buf_steal(&b);
   json_t *res = text_result(text, false);
   json_object_set_new(res, "structuredContent",
                       json_pack("{s:o,s:b}", "matches", matches, "truncated", truncated));
@@ -795,32 +795,32 @@ static json_t *tool_list_images(struct ctx *c, json_t *args)
   struct sbx_image_info *v;
   size_t n;
   sbx_error_t err = NULL;
-  if (sbx_image_list(h->home, &v, &n, &err) < 0)
+  if (sbx__image_list(h->home, &v, &n, &err) < 0)
     return fail_result(&err);
   const char *image = h->image ? h->image : "host";
   sbx_buf_t b = {0};
-  sbx_buf_printf(&b,
-                 "New sandboxes of this session are made from: %s\n"
-                 "`host` (the host's /usr, read-only) is always available.\n",
-                 image);
+  sbx__buf_printf(&b,
+                  "New sandboxes of this session are made from: %s\n"
+                  "`host` (the host's /usr, read-only) is always available.\n",
+                  image);
   if (n == 0)
-    sbx_buf_puts(&b, "No images in the store.");
+    sbx__buf_puts(&b, "No images in the store.");
   else
-    sbx_buf_printf(&b, "%zu image%s in the store:\n", n, n == 1 ? "" : "s");
+    sbx__buf_printf(&b, "%zu image%s in the store:\n", n, n == 1 ? "" : "s");
   json_t *a = json_array();
   for (size_t i = 0; i < n; i++) {
-    sbx_buf_printf(&b, "%zu. %s  %.19s  %.1f MB  created %s  in use by %d\n", i + 1, v[i].name,
-                   v[i].digest, (double) v[i].size / 1e6, *v[i].created ? v[i].created : "-",
-                   v[i].in_use);
+    sbx__buf_printf(&b, "%zu. %s  %.19s  %.1f MB  created %s  in use by %d\n", i + 1, v[i].name,
+                    v[i].digest, (double) v[i].size / 1e6, *v[i].created ? v[i].created : "-",
+                    v[i].in_use);
     json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:s,s:f,s:i}", "name", v[i].name, "digest",
                                        v[i].digest, "size", (json_int_t) v[i].size, "created",
                                        v[i].created, "imported", v[i].imported, "in_use",
                                        v[i].in_use));
   }
-  sbx_image_info_free(v, n);
+  sbx__image_info_free(v, n);
   if (b.len && b.data[b.len - 1] == '\n')
     b.data[--b.len] = '\0';
-  cleanup_free char *t = sbx_buf_steal(&b);
+  cleanup_free char *t = sbx__buf_steal(&b);
   json_t *res = text_result(t, false);
   json_object_set_new(res, "structuredContent",
                       json_pack("{s:o,s:s}", "images", a, "sandbox_image", image));
@@ -1123,7 +1123,7 @@ static void list_resources(struct mcp_session *s, struct mcp_msg *m, mcp_send_fn
   json_t *a = json_array();
   if (sbx_list_dir(sb, OUTPUTS_DIR, 16, &v, &n, &err) == 0) {
     for (size_t i = 0; i < n; i++) {
-      if (sbx_str_has_suffix(v[i], "/"))
+      if (sbx__str_has_suffix(v[i], "/"))
         continue;
       cleanup_free char *uri = path_to_uri(v[i]);
       const char *rel = v[i] + strlen(OUTPUTS_DIR "/");

@@ -238,7 +238,7 @@ def test_deep_tree_walks_are_bounded(sbx, prober, thread):
 def test_throwaway_deep_tree_is_removed_with_few_descriptors(sbx):
     """`sbx run` removes a throw-away sandbox's files on the host. A tree deeper than the
     front-end's descriptor limit used to defeat that (EMFILE: the state folder leaked and the run
-    failed). Regression for the bounded-descriptor sbx_rm_rf_at."""
+    failed). Regression for the bounded-descriptor sbx__rm_rf_at."""
     def low_nofile():
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 

@@ -20,7 +20,7 @@ static struct fake_box *box_by_pid(long pid)
 static int fake_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   if (fake.n == FAKE_MAX)
-    return sbx_make_error(err, 0, SBX_E_INTERNAL, "fake backend: table full");
+    return sbx__make_error(err, 0, SBX_E_INTERNAL, "fake backend: table full");
   struct fake_box *b = &fake.box[fake.n];
   memset(b, 0, sizeof *b);
   b->pid = 1000 + fake.n++;
@@ -55,14 +55,14 @@ static int fake_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err)
   fake.healths++;
   struct fake_box *b = box_by_pid(in->meta.pid);
   if (b == NULL || !b->alive || !b->healthy)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "fake: unhealthy");
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "fake: unhealthy");
   return 0;
 }
 
 static int fake_ping(struct sbx_instance *in, sbx_error_t *err)
 {
   fake.pings++;
-  return fake_alive(in) ? 0 : sbx_make_error(err, 0, SBX_E_BACKEND, "fake: no answer");
+  return fake_alive(in) ? 0 : sbx__make_error(err, 0, SBX_E_BACKEND, "fake: no answer");
 }
 
 static void fake_sweep(void)
@@ -73,10 +73,10 @@ static void fake_sweep(void)
 static int fake_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   if (fake.fail_adopt)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "fake: adopt refused");
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "fake: adopt refused");
   struct fake_box *b = box_by_pid(in->meta.pid);
   if (b == NULL || !b->alive)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "fake: adopting a dead spare");
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "fake: adopting a dead spare");
   snprintf(b->id, sizeof b->id, "%s", in->meta.id);
   snprintf(b->user_data, sizeof b->user_data, "%s", user_data);
   fake.adopts++;
@@ -89,7 +89,7 @@ static int fake_exec(struct sbx_instance *in, const char *command, const struct 
 {
   (void) o;
   if (!fake_alive(in))
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "fake: not running");
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "fake: not running");
   fake.execs++;
   res->out = xstrdup(command);
   res->out_len = res->out_total = strlen(command);
@@ -120,10 +120,10 @@ void fake_reset(void)
 struct fake_box *fake_box_of(const char *home, const char *id)
 {
   struct sbx_meta m;
-  if (sbx_meta_read(home, id, &m, NULL) < 0)
+  if (sbx__meta_read(home, id, &m, NULL) < 0)
     return NULL;
   struct fake_box *b = box_by_pid(m.pid);
-  sbx_meta_free(&m);
+  sbx__meta_free(&m);
   return b;
 }
 

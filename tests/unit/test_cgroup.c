@@ -84,26 +84,26 @@ static void test_dbus_reply(void **state)
   struct msg m;
   char *error = NULL;
   build(&m, 2, 1, NULL, 0, "/org/freedesktop/systemd1/job/7");
-  assert_int_equal(sbx_dbus_message_size(m.b, m.n), m.n);
-  assert_int_equal(sbx_dbus_parse_reply(m.b, m.n, 1, &error), 0);
+  assert_int_equal(sbx__dbus_message_size(m.b, m.n), m.n);
+  assert_int_equal(sbx__dbus_parse_reply(m.b, m.n, 1, &error), 0);
   assert_null(error);
   /* another call's reply, or a truncated one */
-  assert_int_equal(sbx_dbus_parse_reply(m.b, m.n, 2, &error), 1);
-  assert_int_equal(sbx_dbus_parse_reply(m.b, m.n - 1, 1, &error), -1);
-  assert_int_equal(sbx_dbus_message_size(m.b, 15), 0);
+  assert_int_equal(sbx__dbus_parse_reply(m.b, m.n, 2, &error), 1);
+  assert_int_equal(sbx__dbus_parse_reply(m.b, m.n - 1, 1, &error), -1);
+  assert_int_equal(sbx__dbus_message_size(m.b, 15), 0);
   /* big endian ('B') is not what we ask for */
   m.b[0] = 'B';
-  assert_int_equal(sbx_dbus_message_size(m.b, m.n), 0);
+  assert_int_equal(sbx__dbus_message_size(m.b, m.n), 0);
 
   const char *name = "org.freedesktop.systemd1.UnitExists";
   build(&m, 3, 1, name, strlen(name), "Unit sbx-a.scope already exists.");
-  assert_int_equal(sbx_dbus_parse_reply(m.b, m.n, 1, &error), 0);
+  assert_int_equal(sbx__dbus_parse_reply(m.b, m.n, 1, &error), 0);
   assert_string_equal(error,
                       "org.freedesktop.systemd1.UnitExists: Unit sbx-a.scope already exists.");
   free(error);
   /* a NUL inside a string is malformed (the fuzzer found an empty error text that way) */
   build(&m, 3, 1, "\0\0x", 3, "m");
-  assert_int_equal(sbx_dbus_parse_reply(m.b, m.n, 1, &error), -1);
+  assert_int_equal(sbx__dbus_parse_reply(m.b, m.n, 1, &error), -1);
   assert_null(error);
 }
 
@@ -112,25 +112,25 @@ static void test_cgroup_record(void **state)
   (void) state;
   struct sbx_cgroup cg = {0};
   cg.none = strdup("create cgroup `x`: Read-only file system\n(more)");
-  char *text = sbx_cgroup_format(&cg);
+  char *text = sbx__cgroup_format(&cg);
   assert_string_equal(text, "none=create cgroup `x`: Read-only file system (more)\n");
-  sbx_cgroup_free(&cg);
+  sbx__cgroup_free(&cg);
   struct sbx_cgroup back;
-  assert_int_equal(sbx_cgroup_parse(text, &back), 0);
+  assert_int_equal(sbx__cgroup_parse(text, &back), 0);
   for (int i = 0; i < SBX_CG_MAX; i++)
     assert_null(back.path[i]);
-  sbx_cgroup_free(&back);
+  sbx__cgroup_free(&back);
   free(text);
   /* unified: one path in every slot; a path outside the cgroup mount is never trusted */
   assert_int_equal(
-      sbx_cgroup_parse("unified=/sys/fs/cgroup/sbx.slice/sbx-a-1.scope\nmemory=/tmp/x\n", &back),
+      sbx__cgroup_parse("unified=/sys/fs/cgroup/sbx.slice/sbx-a-1.scope\nmemory=/tmp/x\n", &back),
       0);
   assert_true(back.unified);
   assert_string_equal(back.path[SBX_CG_FREEZER], "/sys/fs/cgroup/sbx.slice/sbx-a-1.scope");
-  sbx_cgroup_free(&back);
-  assert_int_equal(sbx_cgroup_parse("memory=/sys/fs/cgroup/memory/../../etc\n", &back), 0);
+  sbx__cgroup_free(&back);
+  assert_int_equal(sbx__cgroup_parse("memory=/sys/fs/cgroup/memory/../../etc\n", &back), 0);
   assert_null(back.path[SBX_CG_MEMORY]);
-  sbx_cgroup_free(&back);
+  sbx__cgroup_free(&back);
 }
 
 static void test_kernel_probes(void **state)
@@ -139,10 +139,10 @@ static void test_kernel_probes(void **state)
   /* the check fails exactly when a required call is missing, naming it */
   bool complete = true;
   for (int i = 0; i < SBX_KF_MAX; i++)
-    if (sbx_kfeatures[i].required && !sbx_kernel_has(i))
+    if (sbx__kfeatures[i].required && !sbx__kernel_has(i))
       complete = false;
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_kernel_check(&err), complete ? 0 : -1);
+  assert_int_equal(sbx__kernel_check(&err), complete ? 0 : -1);
   assert_true(complete ? err == NULL : strstr(err->msg, "lacks") != NULL);
   sbx_error_release(&err);
   /* the machines this runs on are above the floor (docs/hosts.md), but valgrind (memcheck)
@@ -150,12 +150,12 @@ static void test_kernel_probes(void **state)
   const char *preload = getenv("LD_PRELOAD");
   if (preload == NULL || strstr(preload, "vgpreload") == NULL)
     assert_true(complete);
-  assert_true(sbx_kernel_at_least(5, 9));
-  assert_false(sbx_kernel_at_least(999, 0));
-  assert_false(sbx_kernel_has(SBX_KF_MAX));
+  assert_true(sbx__kernel_at_least(5, 9));
+  assert_false(sbx__kernel_at_least(999, 0));
+  assert_false(sbx__kernel_has(SBX_KF_MAX));
   for (int i = 0; i < SBX_KF_MAX; i++)
-    assert_non_null(sbx_kfeatures[i].name);
-  char *rel = sbx_kernel_release();
+    assert_non_null(sbx__kfeatures[i].name);
+  char *rel = sbx__kernel_release();
   assert_true(strlen(rel) > 0);
   free(rel);
 }

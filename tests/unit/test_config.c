@@ -596,17 +596,17 @@ static void test_limits(void **state)
   /* 32 levels of nesting (the top-level mapping is the first) are accepted, 33 are not. */
   sbx_buf_t b = {0};
   for (int i = 0; i < 31; i++)
-    sbx_buf_putc(&b, '[');
+    sbx__buf_putc(&b, '[');
   for (int i = 0; i < 31; i++)
-    sbx_buf_putc(&b, ']');
+    sbx__buf_putc(&b, ']');
   cleanup_free char *ok = xasprintf("deep: %s\n", b.data);
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
   struct sbx_config *cfg = load(ok);
   sbx_config_free(cfg);
   for (int i = 0; i < 40; i++)
-    sbx_buf_putc(&b, '[');
+    sbx__buf_putc(&b, '[');
   cleanup_free char *deep = xasprintf("deep: %s\n", b.data);
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
   expect_error(deep, "t.yaml:1: deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]"
                      "[0][0][0][0][0][0][0][0][0][0][0]: nesting too deep (max 32 levels)");
 

@@ -134,18 +134,18 @@ static void test_multipart_filename(void **state)
   (void) state;
   sbx_buf_t b = {0};
   osb_multipart_append(&b, "BND", "file", "plain.txt", "text/plain", "x", 1);
-  sbx_buf_putc(&b, '\0');
+  sbx__buf_putc(&b, '\0');
   assert_non_null(strstr(b.data, "name=\"file\"; filename=\"plain.txt\"\r\n")); /* control */
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
   osb_multipart_append(&b, "BND", "file", "a\"b\r\nX-Injected: 1\r\n\r\n", "text/plain", "x", 1);
   osb_multipart_end(&b, "BND");
-  sbx_buf_putc(&b, '\0');
+  sbx__buf_putc(&b, '\0');
   assert_null(strstr(b.data, "\r\nX-Injected"));
   assert_non_null(strstr(b.data, "filename=\"a%22b%0D%0AX-Injected: 1%0D%0A%0D%0A\"\r\n"));
   assert_string_equal(b.data, "--BND\r\nContent-Disposition: form-data; name=\"file\"; "
                               "filename=\"a%22b%0D%0AX-Injected: 1%0D%0A%0D%0A\"\r\n"
                               "Content-Type: text/plain\r\n\r\nx\r\n--BND--\r\n");
-  sbx_buf_free(&b);
+  sbx__buf_free(&b);
 }
 
 int main(void)

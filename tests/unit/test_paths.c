@@ -22,16 +22,16 @@ static void test_path_check(void **state)
 {
   (void) state;
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_path_check("/mnt/user-data/workspace/a..b", &err), 0);
-  assert_int_equal(sbx_path_check("/x/...", &err), 0);
-  expect_error(sbx_path_check("", &err), &err, SBX_E_INVALID, "path must be a non-empty string");
-  expect_error(sbx_path_check("rel/x", &err), &err, SBX_E_INVALID,
+  assert_int_equal(sbx__path_check("/mnt/user-data/workspace/a..b", &err), 0);
+  assert_int_equal(sbx__path_check("/x/...", &err), 0);
+  expect_error(sbx__path_check("", &err), &err, SBX_E_INVALID, "path must be a non-empty string");
+  expect_error(sbx__path_check("rel/x", &err), &err, SBX_E_INVALID,
                "path must be absolute: 'rel/x'");
-  expect_error(sbx_path_check("/a/../etc/passwd", &err), &err, SBX_E_DENIED,
+  expect_error(sbx__path_check("/a/../etc/passwd", &err), &err, SBX_E_DENIED,
                "Access denied: path traversal detected in '/a/../etc/passwd'");
-  expect_error(sbx_path_check("/a/..", &err), &err, SBX_E_DENIED,
+  expect_error(sbx__path_check("/a/..", &err), &err, SBX_E_DENIED,
                "Access denied: path traversal detected in '/a/..'");
-  expect_error(sbx_path_check("/a\\..\\b", &err), &err, SBX_E_DENIED,
+  expect_error(sbx__path_check("/a\\..\\b", &err), &err, SBX_E_DENIED,
                "Access denied: path traversal detected in '/a\\..\\b'");
 }
 
@@ -39,14 +39,15 @@ static void test_download_prefix(void **state)
 {
   (void) state;
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_download_path_check("/mnt/user-data/outputs/a.txt", &err), 0);
-  assert_int_equal(sbx_download_path_check("/mnt/user-data", &err), 0);
-  assert_int_equal(sbx_download_path_check("//mnt/user-data/x", &err), 0);
-  expect_error(sbx_download_path_check("/mnt/user-datax/a", &err), &err, SBX_E_DENIED,
+  assert_int_equal(sbx__download_path_check("/mnt/user-data/outputs/a.txt", &err), 0);
+  assert_int_equal(sbx__download_path_check("/mnt/user-data", &err), 0);
+  assert_int_equal(sbx__download_path_check("//mnt/user-data/x", &err), 0);
+  expect_error(sbx__download_path_check("/mnt/user-datax/a", &err), &err, SBX_E_DENIED,
                "Access denied: path must be under '/mnt/user-data': '/mnt/user-datax/a'");
-  expect_error(sbx_download_path_check("/etc/passwd", &err), &err, SBX_E_DENIED,
+  expect_error(sbx__download_path_check("/etc/passwd", &err), &err, SBX_E_DENIED,
                "Access denied: path must be under '/mnt/user-data': '/etc/passwd'");
-  expect_error(sbx_download_path_check("/mnt/user-data/../../etc/shadow", &err), &err, SBX_E_DENIED,
+  expect_error(sbx__download_path_check("/mnt/user-data/../../etc/shadow", &err), &err,
+               SBX_E_DENIED,
                "Access denied: path traversal detected in '/mnt/user-data/../../etc/shadow'");
 }
 
@@ -55,41 +56,41 @@ static void test_scope(void **state)
   (void) state;
   char id[17];
   /* sha256("default:t1") */
-  sbx_scope_id("default", "t1", id);
+  sbx__scope_id("default", "t1", id);
   char want[65];
-  sbx_sha256_hex("default:t1", 10, want, 16);
+  sbx__sha256_hex("default:t1", 10, want, 16);
   assert_string_equal(id, want);
   assert_int_equal(strlen(id), 16);
-  assert_true(sbx_id_valid(id));
+  assert_true(sbx__id_valid(id));
   char other[17];
-  sbx_scope_id("default", "t2", other);
+  sbx__scope_id("default", "t2", other);
   assert_string_not_equal(id, other);
-  sbx_scope_id("alice", "t1", other);
+  sbx__scope_id("alice", "t1", other);
   assert_string_not_equal(id, other);
-  assert_true(sbx_thread_id_valid("a-b_C9"));
-  assert_false(sbx_thread_id_valid(""));
-  assert_false(sbx_thread_id_valid("a/b"));
+  assert_true(sbx__thread_id_valid("a-b_C9"));
+  assert_false(sbx__thread_id_valid(""));
+  assert_false(sbx__thread_id_valid("a/b"));
   assert_false(
-      sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123X"));
+      sbx__thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123X"));
   assert_true(
-      sbx_thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+      sbx__thread_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
   sbx_error_t err = NULL;
-  expect_error(sbx_scope_check("default", "bad thread", &err), &err, SBX_E_INVALID,
+  expect_error(sbx__scope_check("default", "bad thread", &err), &err, SBX_E_INVALID,
                "Invalid thread_id: expected 1-64 ASCII letters, digits, hyphens, or underscores");
-  assert_false(sbx_id_valid("0123456789ABCDEF"));
-  assert_false(sbx_id_valid("0123456789abcde"));
+  assert_false(sbx__id_valid("0123456789ABCDEF"));
+  assert_false(sbx__id_valid("0123456789abcde"));
 }
 
 static void test_sha256(void **state)
 {
   (void) state;
   char out[65];
-  sbx_sha256_hex("", 0, out, 64);
+  sbx__sha256_hex("", 0, out, 64);
   assert_string_equal(out, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  sbx_sha256_hex("abc", 3, out, 64);
+  sbx__sha256_hex("abc", 3, out, 64);
   assert_string_equal(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-  sbx_sha256_hex(m, strlen(m), out, 64);
+  sbx__sha256_hex(m, strlen(m), out, 64);
   assert_string_equal(out, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 

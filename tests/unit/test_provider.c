@@ -45,7 +45,7 @@ static int teardown(void **state)
   struct ctx *c = *state;
   sbx_provider_free(c->p);
   sbx_config_free(c->cfg);
-  sbx_rm_rf_at(AT_FDCWD, c->home);
+  sbx__rm_rf_at(AT_FDCWD, c->home);
   free(c);
   return 0;
 }

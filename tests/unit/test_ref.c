@@ -18,7 +18,7 @@ static void parses(const char *s, const char *domain, const char *path, const ch
 {
   struct sbx_ref r;
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_ref_parse(s, &r, &err), 0);
+  assert_int_equal(sbx__ref_parse(s, &r, &err), 0);
   assert_null(err);
   assert_string_equal(r.domain, domain);
   assert_string_equal(r.path, path);
@@ -30,17 +30,17 @@ static void parses(const char *s, const char *domain, const char *path, const ch
     assert_string_equal(r.digest, digest);
   else
     assert_null(r.digest);
-  char *n = sbx_ref_store_name(&r);
+  char *n = sbx__ref_store_name(&r);
   assert_string_equal(n, store);
   free(n);
-  sbx_ref_free(&r);
+  sbx__ref_free(&r);
 }
 
 static void refused(const char *s, const char *why)
 {
   struct sbx_ref r;
   sbx_error_t err = NULL;
-  if (sbx_ref_parse(s, &r, &err) == 0)
+  if (sbx__ref_parse(s, &r, &err) == 0)
     fail_msg("`%s` parsed", s);
   assert_non_null(err);
   assert_int_equal(err->kind, SBX_E_INVALID);
@@ -91,26 +91,26 @@ static void test_challenge(void **state)
   sbx_error_t err = NULL;
   const char *h = "Bearer realm=\"https://auth.docker.io/token\",service=\"registry.docker.io\","
                   "scope=\"repository:library/python:pull\"";
-  assert_int_equal(sbx_auth_challenge_parse(h, strlen(h), &c, &err), 0);
+  assert_int_equal(sbx__auth_challenge_parse(h, strlen(h), &c, &err), 0);
   assert_int_equal(c.scheme, SBX_AUTH_BEARER);
   assert_string_equal(c.realm, "https://auth.docker.io/token");
   assert_string_equal(c.service, "registry.docker.io");
   assert_string_equal(c.scope, "repository:library/python:pull");
-  sbx_auth_challenge_free(&c);
+  sbx__auth_challenge_free(&c);
   h = "Negotiate abc, basic realm=\"Registry \\\"Realm\\\"\"";
-  assert_int_equal(sbx_auth_challenge_parse(h, strlen(h), &c, &err), 0);
+  assert_int_equal(sbx__auth_challenge_parse(h, strlen(h), &c, &err), 0);
   assert_int_equal(c.scheme, SBX_AUTH_BASIC);
   assert_string_equal(c.realm, "Registry \"Realm\"");
-  sbx_auth_challenge_free(&c);
+  sbx__auth_challenge_free(&c);
   h = "Bearer realm=\"file:///etc/passwd\"";
-  assert_int_equal(sbx_auth_challenge_parse(h, strlen(h), &c, &err), -1);
+  assert_int_equal(sbx__auth_challenge_parse(h, strlen(h), &c, &err), -1);
   assert_non_null(strstr(err->msg, "http(s) realm"));
   sbx_error_release(&err);
   h = "Bearer realm=\"https://x";
-  assert_int_equal(sbx_auth_challenge_parse(h, strlen(h), &c, &err), -1);
+  assert_int_equal(sbx__auth_challenge_parse(h, strlen(h), &c, &err), -1);
   sbx_error_release(&err);
   h = "Digest realm=x";
-  assert_int_equal(sbx_auth_challenge_parse(h, strlen(h), &c, &err), -1);
+  assert_int_equal(sbx__auth_challenge_parse(h, strlen(h), &c, &err), -1);
   sbx_error_release(&err);
 }
 
@@ -121,26 +121,26 @@ static void test_token_and_base64(void **state)
   long exp;
   sbx_error_t err = NULL;
   const char *j = "{\"access_token\":\"abc\",\"expires_in\":300}";
-  assert_int_equal(sbx_auth_token_parse(j, strlen(j), &t, &exp, &err), 0);
+  assert_int_equal(sbx__auth_token_parse(j, strlen(j), &t, &exp, &err), 0);
   assert_string_equal(t, "abc");
   assert_int_equal(exp, 300);
   free(t);
   j = "{\"token\":\"x\"}";
-  assert_int_equal(sbx_auth_token_parse(j, strlen(j), &t, &exp, &err), 0);
+  assert_int_equal(sbx__auth_token_parse(j, strlen(j), &t, &exp, &err), 0);
   assert_int_equal(exp, 60);
   free(t);
   j = "{\"token\":\"a\\r\\nX-Evil: 1\"}";
-  assert_int_equal(sbx_auth_token_parse(j, strlen(j), &t, &exp, &err), -1);
+  assert_int_equal(sbx__auth_token_parse(j, strlen(j), &t, &exp, &err), -1);
   assert_null(t);
   sbx_error_release(&err);
   size_t n;
-  char *d = (char *) sbx_base64_decode("YWxpY2U6czNjcmV0", 16, &n);
+  char *d = (char *) sbx__base64_decode("YWxpY2U6czNjcmV0", 16, &n);
   assert_string_equal(d, "alice:s3cret");
-  char *e = sbx_base64_encode(d, n);
+  char *e = sbx__base64_encode(d, n);
   assert_string_equal(e, "YWxpY2U6czNjcmV0");
   free(d);
   free(e);
-  assert_null(sbx_base64_decode("a*b=", 4, &n));
+  assert_null(sbx__base64_decode("a*b=", 4, &n));
 }
 
 int main(void)

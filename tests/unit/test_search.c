@@ -40,7 +40,7 @@ static int setup_tmp(void **state)
 static int teardown_tmp(void **state)
 {
   char *d = *state;
-  sbx_rm_rf_at(AT_FDCWD, d);
+  sbx__rm_rf_at(AT_FDCWD, d);
   free(d);
   return 0;
 }
@@ -53,7 +53,7 @@ static char *join_path(const char *root, const char *rel)
 static void mkdirs(const char *root, const char *rel)
 {
   cleanup_free char *p = join_path(root, rel);
-  assert_int_equal(sbx_mkdir_p(p, 0755), 0);
+  assert_int_equal(sbx__mkdir_p(p, 0755), 0);
 }
 
 static void write_bytes(const char *root, const char *rel, const void *data, size_t len)
@@ -61,11 +61,11 @@ static void write_bytes(const char *root, const char *rel, const void *data, siz
   cleanup_free char *p = join_path(root, rel);
   char *slash = strrchr(p, '/');
   *slash = '\0';
-  assert_int_equal(sbx_mkdir_p(p, 0755), 0);
+  assert_int_equal(sbx__mkdir_p(p, 0755), 0);
   *slash = '/';
   int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   assert_true(fd >= 0);
-  assert_int_equal(sbx_write_all(fd, data, len), 0);
+  assert_int_equal(sbx__write_all(fd, data, len), 0);
   close(fd);
 }
 
@@ -88,11 +88,11 @@ static char *rel_list(const sbx_strv_t *v, const char *root)
   for (size_t i = 0; i < v->n; i++) {
     assert_true(strncmp(v->v[i], root, rl) == 0);
     assert_true(v->v[i][rl] == '/');
-    sbx_buf_puts(&b, v->v[i] + rl + 1);
-    sbx_buf_putc(&b, '\n');
+    sbx__buf_puts(&b, v->v[i] + rl + 1);
+    sbx__buf_putc(&b, '\n');
   }
   assert_null(v->n ? v->v[v->n] : NULL);
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 /* "rel:line:text\n" per match. */
@@ -104,9 +104,9 @@ static char *rel_matches(const sbx_grep_matches_t *m, const char *root)
     const char *p = m->v[i].path;
     if (strncmp(p, root, rl) == 0 && p[rl] == '/')
       p += rl + 1;
-    sbx_buf_printf(&b, "%s:%llu:%s\n", p, (unsigned long long) m->v[i].line_number, m->v[i].line);
+    sbx__buf_printf(&b, "%s:%llu:%s\n", p, (unsigned long long) m->v[i].line_number, m->v[i].line);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 static char *glob_rel(const char *root, const char *pattern, bool include_dirs, size_t max,
@@ -115,10 +115,10 @@ static char *glob_rel(const char *root, const char *pattern, bool include_dirs, 
   sbx_strv_t v = {0};
   sbx_error_t err = NULL;
   bool t = false;
-  assert_int_equal(sbx_search_glob(root, pattern, include_dirs, max, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_glob(root, pattern, include_dirs, max, 0, &v, &t, &err), 0);
   assert_null(err);
   char *r = rel_list(&v, root);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   if (truncated)
     *truncated = t;
   return r;
@@ -129,10 +129,10 @@ static char *list_rel(const char *root, int depth, size_t max, bool *truncated)
   sbx_strv_t v = {0};
   sbx_error_t err = NULL;
   bool t = true;
-  assert_int_equal(sbx_search_list_dir(root, depth, max, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_list_dir(root, depth, max, 0, &v, &t, &err), 0);
   assert_null(err);
   char *r = rel_list(&v, root);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   if (truncated)
     *truncated = t;
   return r;
@@ -144,13 +144,13 @@ static char *grep_rel(const char *root, const char *pattern, const char *glob, b
   sbx_grep_matches_t m = {0};
   sbx_error_t err = NULL;
   bool t = true;
-  int r = sbx_search_grep(root, pattern, glob, literal, cs, max, 0, &m, &t, &err);
+  int r = sbx__search_grep(root, pattern, glob, literal, cs, max, 0, &m, &t, &err);
   if (err)
     fprintf(stderr, "grep error: %s\n", err->msg);
   assert_int_equal(r, 0);
   assert_null(err);
   char *s = rel_matches(&m, root);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   if (truncated)
     *truncated = t;
   return s;
@@ -160,8 +160,8 @@ static char *repeat(const char *unit, size_t n)
 {
   sbx_buf_t b = {0};
   for (size_t i = 0; i < n; i++)
-    sbx_buf_puts(&b, unit);
-  return sbx_buf_steal(&b);
+    sbx__buf_puts(&b, unit);
+  return sbx__buf_steal(&b);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -170,62 +170,62 @@ static char *repeat(const char *unit, size_t n)
 static void test_path_matches_contract_examples(void **state)
 {
   /* no '/': basename at any depth */
-  assert_true(sbx_path_matches("*.py", "a.py"));
-  assert_true(sbx_path_matches("*.py", "x/y/a.py"));
-  assert_false(sbx_path_matches("*.py", "x/y/a.pyc"));
-  assert_false(sbx_path_matches("*.py", "a.py/b.txt"));
-  assert_true(sbx_path_matches("*", "x/y/anything"));
-  assert_true(sbx_path_matches("*", ".hidden"));    /* '*' matches a leading dot */
-  assert_true(sbx_path_matches("*.py", ".hid.py")); /* no FNM_PERIOD */
-  assert_true(sbx_path_matches("a.py", "deep/er/a.py"));
-  assert_false(sbx_path_matches("*.PY", "a.py")); /* case-sensitive */
-  assert_true(sbx_path_matches("?.py", "x/a.py"));
-  assert_false(sbx_path_matches("?.py", "x/ab.py"));
-  assert_true(sbx_path_matches("[ab].c", "b.c"));
-  assert_false(sbx_path_matches("[!ab].c", "b.c"));
-  assert_true(sbx_path_matches("[!ab].c", "z.c"));
+  assert_true(sbx__path_matches("*.py", "a.py"));
+  assert_true(sbx__path_matches("*.py", "x/y/a.py"));
+  assert_false(sbx__path_matches("*.py", "x/y/a.pyc"));
+  assert_false(sbx__path_matches("*.py", "a.py/b.txt"));
+  assert_true(sbx__path_matches("*", "x/y/anything"));
+  assert_true(sbx__path_matches("*", ".hidden"));    /* '*' matches a leading dot */
+  assert_true(sbx__path_matches("*.py", ".hid.py")); /* no FNM_PERIOD */
+  assert_true(sbx__path_matches("a.py", "deep/er/a.py"));
+  assert_false(sbx__path_matches("*.PY", "a.py")); /* case-sensitive */
+  assert_true(sbx__path_matches("?.py", "x/a.py"));
+  assert_false(sbx__path_matches("?.py", "x/ab.py"));
+  assert_true(sbx__path_matches("[ab].c", "b.c"));
+  assert_false(sbx__path_matches("[!ab].c", "b.c"));
+  assert_true(sbx__path_matches("[!ab].c", "z.c"));
   /* '?' is one code point, not one byte */
-  assert_true(sbx_path_matches("?.py", "\xc3\xa9.py"));
-  assert_true(sbx_path_matches("\xc3\xa9*", "dir/\xc3\xa9t\xc3\xa9.txt"));
+  assert_true(sbx__path_matches("?.py", "\xc3\xa9.py"));
+  assert_true(sbx__path_matches("\xc3\xa9*", "dir/\xc3\xa9t\xc3\xa9.txt"));
   /* '/': anchored, segment by segment */
-  assert_true(sbx_path_matches("src/**/*.py", "src/a.py"));
-  assert_true(sbx_path_matches("src/**/*.py", "src/b/c/a.py"));
-  assert_false(sbx_path_matches("src/**/*.py", "x/src/a.py"));
-  assert_false(sbx_path_matches("src/**/*.py", "src/a.js"));
-  assert_true(sbx_path_matches("src/*.py", "src/a.py"));
-  assert_false(sbx_path_matches("src/*.py", "x/src/a.py"));
-  assert_false(sbx_path_matches("src/*.py", "src/b/a.py")); /* '*' never crosses '/' */
-  assert_true(sbx_path_matches("a*b/c", "axxb/c"));
-  assert_false(sbx_path_matches("a*/c", "a/x/c"));
-  assert_true(sbx_path_matches("*/c", "x/c"));
-  assert_false(sbx_path_matches("*/c", "c"));
-  assert_false(sbx_path_matches("src/a.py", "src/a.py/x"));
+  assert_true(sbx__path_matches("src/**/*.py", "src/a.py"));
+  assert_true(sbx__path_matches("src/**/*.py", "src/b/c/a.py"));
+  assert_false(sbx__path_matches("src/**/*.py", "x/src/a.py"));
+  assert_false(sbx__path_matches("src/**/*.py", "src/a.js"));
+  assert_true(sbx__path_matches("src/*.py", "src/a.py"));
+  assert_false(sbx__path_matches("src/*.py", "x/src/a.py"));
+  assert_false(sbx__path_matches("src/*.py", "src/b/a.py")); /* '*' never crosses '/' */
+  assert_true(sbx__path_matches("a*b/c", "axxb/c"));
+  assert_false(sbx__path_matches("a*/c", "a/x/c"));
+  assert_true(sbx__path_matches("*/c", "x/c"));
+  assert_false(sbx__path_matches("*/c", "c"));
+  assert_false(sbx__path_matches("src/a.py", "src/a.py/x"));
 }
 
 static void test_path_matches_doublestar(void **state)
 {
-  assert_true(sbx_path_matches("**/*.py", "a.py"));
-  assert_true(sbx_path_matches("**/*.py", "a/b/c.py"));
-  assert_true(sbx_path_matches("a/**/b", "a/b"));
-  assert_true(sbx_path_matches("a/**/b", "a/x/b"));
-  assert_true(sbx_path_matches("a/**/b", "a/x/y/b"));
-  assert_false(sbx_path_matches("a/**/b", "a/x/c"));
-  assert_false(sbx_path_matches("a/**/b", "b"));
-  assert_true(sbx_path_matches("src/**", "src"));
-  assert_true(sbx_path_matches("src/**", "src/a"));
-  assert_true(sbx_path_matches("src/**", "src/a/b"));
-  assert_false(sbx_path_matches("src/**", "lib/a"));
-  assert_true(sbx_path_matches("**/x", "x"));
-  assert_true(sbx_path_matches("**/**/**/**/x", "x"));
-  assert_true(sbx_path_matches("**/**/**/**/x", "a/b/c/d/e/f/g/x"));
-  assert_false(sbx_path_matches("**/**/**/**/x", "a/b/c/d/e/f/g/y"));
-  assert_true(sbx_path_matches("**/a/**/b/**", "q/a/r/s/b"));
-  assert_false(sbx_path_matches("**/a/**/b/**", "q/b/r/s/a"));
+  assert_true(sbx__path_matches("**/*.py", "a.py"));
+  assert_true(sbx__path_matches("**/*.py", "a/b/c.py"));
+  assert_true(sbx__path_matches("a/**/b", "a/b"));
+  assert_true(sbx__path_matches("a/**/b", "a/x/b"));
+  assert_true(sbx__path_matches("a/**/b", "a/x/y/b"));
+  assert_false(sbx__path_matches("a/**/b", "a/x/c"));
+  assert_false(sbx__path_matches("a/**/b", "b"));
+  assert_true(sbx__path_matches("src/**", "src"));
+  assert_true(sbx__path_matches("src/**", "src/a"));
+  assert_true(sbx__path_matches("src/**", "src/a/b"));
+  assert_false(sbx__path_matches("src/**", "lib/a"));
+  assert_true(sbx__path_matches("**/x", "x"));
+  assert_true(sbx__path_matches("**/**/**/**/x", "x"));
+  assert_true(sbx__path_matches("**/**/**/**/x", "a/b/c/d/e/f/g/x"));
+  assert_false(sbx__path_matches("**/**/**/**/x", "a/b/c/d/e/f/g/y"));
+  assert_true(sbx__path_matches("**/a/**/b/**", "q/a/r/s/b"));
+  assert_false(sbx__path_matches("**/a/**/b/**", "q/b/r/s/a"));
   /* "**" only as a whole segment; "a**" is a plain fnmatch segment */
-  assert_true(sbx_path_matches("a**/c", "abc/c"));
-  assert_false(sbx_path_matches("a**/c", "a/b/c"));
+  assert_true(sbx__path_matches("a**/c", "abc/c"));
+  assert_false(sbx__path_matches("a**/c", "a/b/c"));
   /* no '/': "**" behaves like "*" on the basename */
-  assert_true(sbx_path_matches("**", "a/b/c"));
+  assert_true(sbx__path_matches("**", "a/b/c"));
   /* pathological: 60 "**" against a 300-segment non-matching path must stay fast */
   cleanup_free char *pat = repeat("**/", 60);
   cleanup_free char *pat2 = xasprintf("%sz", pat);
@@ -234,8 +234,8 @@ static void test_path_matches_doublestar(void **state)
   cleanup_free char *path3 = xasprintf("%sz", path);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  assert_false(sbx_path_matches(pat2, path2));
-  assert_true(sbx_path_matches(pat2, path3));
+  assert_false(sbx__path_matches(pat2, path2));
+  assert_true(sbx__path_matches(pat2, path3));
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9;
   assert_true(secs < 1.0);
@@ -244,31 +244,31 @@ static void test_path_matches_doublestar(void **state)
 static void test_path_matches_edges(void **state)
 {
   /* empty pattern: nothing */
-  assert_false(sbx_path_matches("", "a"));
-  assert_false(sbx_path_matches("", ""));
-  assert_false(sbx_path_matches(NULL, "a"));
-  assert_false(sbx_path_matches("*", NULL));
+  assert_false(sbx__path_matches("", "a"));
+  assert_false(sbx__path_matches("", ""));
+  assert_false(sbx__path_matches(NULL, "a"));
+  assert_false(sbx__path_matches("*", NULL));
   /* leading '/': never */
-  assert_false(sbx_path_matches("/src/a.py", "src/a.py"));
-  assert_false(sbx_path_matches("/*.py", "a.py"));
-  assert_false(sbx_path_matches("/", "a"));
-  assert_false(sbx_path_matches("/**", "a"));
+  assert_false(sbx__path_matches("/src/a.py", "src/a.py"));
+  assert_false(sbx__path_matches("/*.py", "a.py"));
+  assert_false(sbx__path_matches("/", "a"));
+  assert_false(sbx__path_matches("/**", "a"));
   /* trailing '/': dropped, so "src/" is the no-'/' pattern "src" */
-  assert_true(sbx_path_matches("src/", "src"));
-  assert_true(sbx_path_matches("src/", "x/src"));
-  assert_false(sbx_path_matches("src/", "src/a.py"));
-  assert_true(sbx_path_matches("a/b/", "a/b"));
-  assert_false(sbx_path_matches("a/b/", "x/a/b"));
-  assert_true(sbx_path_matches("a/b//", "a/b"));
+  assert_true(sbx__path_matches("src/", "src"));
+  assert_true(sbx__path_matches("src/", "x/src"));
+  assert_false(sbx__path_matches("src/", "src/a.py"));
+  assert_true(sbx__path_matches("a/b/", "a/b"));
+  assert_false(sbx__path_matches("a/b/", "x/a/b"));
+  assert_true(sbx__path_matches("a/b//", "a/b"));
   /* empty path segments are ignored on both sides */
-  assert_true(sbx_path_matches("src//*.py", "src/a.py"));
-  assert_true(sbx_path_matches("src/*.py", "src//a.py"));
+  assert_true(sbx__path_matches("src//*.py", "src/a.py"));
+  assert_true(sbx__path_matches("src/*.py", "src//a.py"));
   /* a path without a segment matches nothing */
-  assert_false(sbx_path_matches("*", ""));
-  assert_false(sbx_path_matches("**/x", ""));
+  assert_false(sbx__path_matches("*", ""));
+  assert_false(sbx__path_matches("**/x", ""));
   /* invalid UTF-8 in names still matches byte-wise */
-  assert_true(sbx_path_matches("*.txt", "a\xff.txt"));
-  assert_true(sbx_path_matches("a?.txt", "a\xff.txt"));
+  assert_true(sbx__path_matches("*.txt", "a\xff.txt"));
+  assert_true(sbx__path_matches("a?.txt", "a\xff.txt"));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -300,41 +300,41 @@ static char *ignore_sample(const char *pat)
   sbx_buf_t b = {0};
   for (const char *p = pat; *p; p++) {
     if (*p == '*')
-      sbx_buf_puts(&b, "x1");
+      sbx__buf_puts(&b, "x1");
     else
-      sbx_buf_putc(&b, *p);
+      sbx__buf_putc(&b, *p);
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 static void test_ignore_segments(void **state)
 {
   for (size_t i = 0; i < 50; i++) {
     cleanup_free char *name = ignore_sample(ignore_list[i]);
-    assert_true(sbx_search_ignored_segment(name, strlen(name)));
+    assert_true(sbx__search_ignored_segment(name, strlen(name)));
     cleanup_free char *rel = xasprintf("a/%s/b.c", name);
-    assert_true(sbx_search_ignored_path(rel));
+    assert_true(sbx__search_ignored_path(rel));
   }
   /* star patterns also match their bare suffix, like fnmatch */
-  assert_true(sbx_search_ignored_segment(".log", 4));
-  assert_true(sbx_search_ignored_segment("~", 1));
-  assert_true(sbx_search_ignored_segment(".upload-.part", 13));
+  assert_true(sbx__search_ignored_segment(".log", 4));
+  assert_true(sbx__search_ignored_segment("~", 1));
+  assert_true(sbx__search_ignored_segment(".upload-.part", 13));
   const char *keep[] = {"src",     "main.py",      "build2", "Build",     "NODE_MODULES",
                         "logs2",   ".gitignore",   "x.logx", ".upload-x", "x.part",
                         "envs",    "a.egg",        "outs",   "distro",    ".github",
                         "app.LOG", "coverage.xml", "x",      ".cache2",   "tmp"};
   for (size_t i = 0; i < ARRAY_SIZE(keep); i++)
-    assert_false(sbx_search_ignored_segment(keep[i], strlen(keep[i])));
+    assert_false(sbx__search_ignored_segment(keep[i], strlen(keep[i])));
   /* the length is honoured: "buildx" cut to "build" */
-  assert_true(sbx_search_ignored_segment("buildx", 5));
-  assert_false(sbx_search_ignored_segment("build", 0));
-  assert_false(sbx_search_ignored_segment(NULL, 0));
-  assert_false(sbx_search_ignored_path("a/b/c.py"));
-  assert_false(sbx_search_ignored_path(""));
-  assert_false(sbx_search_ignored_path("//x//y/"));
-  assert_true(sbx_search_ignored_path("src/app.log"));
-  assert_true(sbx_search_ignored_path("/abs/build/x"));
-  assert_false(sbx_search_ignored_path(NULL));
+  assert_true(sbx__search_ignored_segment("buildx", 5));
+  assert_false(sbx__search_ignored_segment("build", 0));
+  assert_false(sbx__search_ignored_segment(NULL, 0));
+  assert_false(sbx__search_ignored_path("a/b/c.py"));
+  assert_false(sbx__search_ignored_path(""));
+  assert_false(sbx__search_ignored_path("//x//y/"));
+  assert_true(sbx__search_ignored_path("src/app.log"));
+  assert_true(sbx__search_ignored_path("/abs/build/x"));
+  assert_false(sbx__search_ignored_path(NULL));
 }
 
 /* The table-driven matcher must agree with fnmatch(3) on the 50 patterns. */
@@ -393,7 +393,7 @@ static void test_ignore_equals_fnmatch(void **state)
     bool want = false;
     for (size_t i = 0; i < 50; i++)
       want = want || fnmatch(ignore_list[i], names[n], 0) == 0;
-    if (want != sbx_search_ignored_segment(names[n], strlen(names[n])))
+    if (want != sbx__search_ignored_segment(names[n], strlen(names[n])))
       fail_msg("ignore mismatch for %s", names[n]);
   }
 }
@@ -440,11 +440,11 @@ static void test_ignore_only_below_root(void **state)
   sbx_grep_matches_t mm = {0};
   sbx_error_t err = NULL;
   bool t = true;
-  assert_int_equal(sbx_search_grep(logf, "print", NULL, false, false, 10, 0, &mm, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(logf, "print", NULL, false, false, 10, 0, &mm, &t, &err), 0);
   assert_int_equal(mm.n, 1);
   assert_string_equal(mm.v[0].path, logf);
   assert_false(t);
-  sbx_search_matches_free(&mm);
+  sbx__search_matches_free(&mm);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -496,11 +496,11 @@ static void test_glob_absolute_paths(void **state)
   bool t = true;
   /* trailing slashes on the root are dropped: exactly one '/' between parts */
   cleanup_free char *r2 = xasprintf("%s//", root);
-  assert_int_equal(sbx_search_glob(r2, "*", false, 10, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_glob(r2, "*", false, 10, 0, &v, &t, &err), 0);
   assert_int_equal(v.n, 1);
   cleanup_free char *want = xasprintf("%s/a.txt", root);
   assert_string_equal(v.v[0], want);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
 }
 
 static void test_glob_limit_plus_one(void **state)
@@ -585,10 +585,10 @@ static void test_root_is_symlink(void **state)
   sbx_grep_matches_t mm = {0};
   sbx_error_t err = NULL;
   bool t = true;
-  assert_int_equal(sbx_search_grep(fl, "hello", NULL, false, false, 10, 0, &mm, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(fl, "hello", NULL, false, false, 10, 0, &mm, &t, &err), 0);
   assert_int_equal(mm.n, 1);
   assert_string_equal(mm.v[0].path, fl);
-  sbx_search_matches_free(&mm);
+  sbx__search_matches_free(&mm);
 }
 
 static void test_root_errors(void **state)
@@ -603,44 +603,44 @@ static void test_root_errors(void **state)
   sbx_error_t err = NULL;
   bool t = false;
 
-  assert_int_equal(sbx_search_glob(missing, "*", false, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_glob(missing, "*", false, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_FOUND);
   cleanup_free char *w1 = xasprintf("directory not found: %s", missing);
   assert_string_equal(err->msg, w1);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_glob(file, "*", false, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_glob(file, "*", false, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_DIR);
   cleanup_free char *w2 = xasprintf("not a directory: %s", file);
   assert_string_equal(err->msg, w2);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_glob(under_file, "*", false, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_glob(under_file, "*", false, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_FOUND);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_list_dir(missing, 2, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_list_dir(missing, 2, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_FOUND);
   assert_string_equal(err->msg, w1);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_list_dir(file, 2, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_list_dir(file, 2, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_DIR);
   assert_string_equal(err->msg, w2);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_list_dir(root, -1, 10, 0, &v, &t, &err), -1);
+  assert_int_equal(sbx__search_list_dir(root, -1, 10, 0, &v, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_INVALID);
   assert_string_equal(err->msg, "max_depth must be non-negative");
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_grep(missing, "x", NULL, false, false, 10, 0, &m, &t, &err), -1);
+  assert_int_equal(sbx__search_grep(missing, "x", NULL, false, false, 10, 0, &m, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_FOUND);
   cleanup_free char *w3 = xasprintf("path not found: %s", missing);
   assert_string_equal(err->msg, w3);
   sbx_error_release(&err);
 
-  assert_int_equal(sbx_search_grep(under_file, "x", NULL, false, false, 10, 0, &m, &t, &err), -1);
+  assert_int_equal(sbx__search_grep(under_file, "x", NULL, false, false, 10, 0, &m, &t, &err), -1);
   assert_int_equal(err->kind, SBX_E_NOT_FOUND);
   sbx_error_release(&err);
 
@@ -660,25 +660,25 @@ static void test_deadline(void **state)
   sbx_error_t err = NULL;
   bool t = false;
   /* a deadline in the past: the walk stops and says so */
-  assert_int_equal(sbx_search_glob(root, "*", false, 100, 1, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_glob(root, "*", false, 100, 1, &v, &t, &err), 0);
   assert_true(t);
   assert_true(v.n < 20);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   t = false;
-  assert_int_equal(sbx_search_grep(root, "hit", NULL, false, false, 100, 1, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(root, "hit", NULL, false, false, 100, 1, &m, &t, &err), 0);
   assert_true(t);
   assert_true(m.n < 20);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   t = false;
-  assert_int_equal(sbx_search_list_dir(root, 3, 1000, 1, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_list_dir(root, 3, 1000, 1, &v, &t, &err), 0);
   assert_true(t);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   /* a deadline far away changes nothing */
-  uint64_t later = sbx_now_ms() + 60000;
-  assert_int_equal(sbx_search_glob(root, "*", false, 100, later, &v, &t, &err), 0);
+  uint64_t later = sbx__now_ms() + 60000;
+  assert_int_equal(sbx__search_glob(root, "*", false, 100, later, &v, &t, &err), 0);
   assert_false(t);
   assert_int_equal(v.n, 20);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
 }
 
 /* A regex that backtracks forever on one line (back-references) or that tracks groups through
@@ -703,7 +703,7 @@ static void test_deadline_inside_line(void **state)
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    sbx_search_grep(file, evil, NULL, false, false, 10, 0, &m, &t, &err);
+    sbx__search_grep(file, evil, NULL, false, false, 10, 0, &m, &t, &err);
     _exit(0);
   }
   sleep(2);
@@ -712,9 +712,9 @@ static void test_deadline_inside_line(void **state)
   assert_int_equal(waitpid(pid, NULL, 0), pid);
   /* (its worker dies with it: PR_SET_PDEATHSIG) */
 
-  uint64_t t0 = sbx_now_ms();
-  assert_int_equal(sbx_search_grep(file, evil, NULL, false, false, 10, t0 + 500, &m, &t, &err), 0);
-  uint64_t took = sbx_now_ms() - t0;
+  uint64_t t0 = sbx__now_ms();
+  assert_int_equal(sbx__search_grep(file, evil, NULL, false, false, 10, t0 + 500, &m, &t, &err), 0);
+  uint64_t took = sbx__now_ms() - t0;
   assert_true(took < 2500); /* 500 ms, and a kill (slower under valgrind) */
   assert_true(t);           /* cut by the deadline: marked truncated */
   /* what was found before the deadline is right: line 1 matches (empty groups, then x), and it
@@ -722,7 +722,7 @@ static void test_deadline_inside_line(void **state)
   assert_true(m.n <= 1);
   if (m.n == 1)
     assert_int_equal(m.v[0].line_number, 1);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
 
   /* no back-reference: the DFA, fast, whole answer */
   cleanup_free char *big = xmalloc(8002);
@@ -730,27 +730,27 @@ static void test_deadline_inside_line(void **state)
   strcpy(big + 8000, "\n");
   write_text(root, "long.txt", big);
   cleanup_free char *lf = xasprintf("%s/long.txt", root);
-  t0 = sbx_now_ms();
+  t0 = sbx__now_ms();
   t = true;
   assert_int_equal(
-      sbx_search_grep(lf, "(.*)(.*)(.*)(.*)(.*)y", NULL, false, true, 10, t0 + 5000, &m, &t, &err),
+      sbx__search_grep(lf, "(.*)(.*)(.*)(.*)(.*)y", NULL, false, true, 10, t0 + 5000, &m, &t, &err),
       0);
-  assert_true(sbx_now_ms() - t0 < 1000);
+  assert_true(sbx__now_ms() - t0 < 1000);
   assert_false(t);
   assert_int_equal(m.n, 0);
 
   /* back-references still match (in the worker), limit+1 included */
   write_text(root, "br.txt", "abcabc\nxyz\nabab\nabab\n");
   cleanup_free char *bf = xasprintf("%s/br.txt", root);
-  assert_int_equal(sbx_search_grep(bf, "(ab)\\1", NULL, false, true, 1, 0, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(bf, "(ab)\\1", NULL, false, true, 1, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 1);
   assert_int_equal(m.v[0].line_number, 3);
   assert_true(t);
-  sbx_search_matches_free(&m);
-  assert_int_equal(sbx_search_grep(bf, "(ab)\\1", NULL, false, true, 2, 0, &m, &t, &err), 0);
+  sbx__search_matches_free(&m);
+  assert_int_equal(sbx__search_grep(bf, "(ab)\\1", NULL, false, true, 2, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 2);
   assert_false(t);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
 }
 
 /* The caller going away stops a search, as its deadline would. */
@@ -764,7 +764,7 @@ static void test_cancel_fd(void **state)
   write_text(root, "evil.txt", line);
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  sbx_search_set_cancel_fd(sv[0]);
+  sbx__search_set_cancel_fd(sv[0]);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) { /* the "client": gives up after 300 ms */
@@ -775,14 +775,14 @@ static void test_cancel_fd(void **state)
   sbx_grep_matches_t m = {0};
   sbx_error_t err = NULL;
   bool t = false;
-  uint64_t t0 = sbx_now_ms();
-  assert_int_equal(sbx_search_grep(root, "(.*)(.*)(.*)(.*)(.*)\\5\\4\\3\\2\\1x", NULL, false, false,
-                                   10, t0 + 60000, &m, &t, &err),
+  uint64_t t0 = sbx__now_ms();
+  assert_int_equal(sbx__search_grep(root, "(.*)(.*)(.*)(.*)(.*)\\5\\4\\3\\2\\1x", NULL, false,
+                                    false, 10, t0 + 60000, &m, &t, &err),
                    0);
-  assert_true(sbx_now_ms() - t0 < 5000);
+  assert_true(sbx__now_ms() - t0 < 5000);
   assert_true(t);
   assert_int_equal(m.n, 0);
-  sbx_search_set_cancel_fd(-1);
+  sbx__search_set_cancel_fd(-1);
   close(sv[0]);
   waitpid(pid, NULL, 0);
 
@@ -790,14 +790,14 @@ static void test_cancel_fd(void **state)
   write_text(root, "hit.txt", "hit\n");
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
-  sbx_search_set_cancel_fd(sv[0]);
+  sbx__search_set_cancel_fd(sv[0]);
   cleanup_free char *hit = xasprintf("%s/hit.txt", root);
   t = true;
-  assert_int_equal(sbx_search_grep(hit, "(h)i\\1*t", NULL, false, true, 10, 0, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(hit, "(h)i\\1*t", NULL, false, true, 10, 0, &m, &t, &err), 0);
   assert_false(t);
   assert_int_equal(m.n, 1);
-  sbx_search_matches_free(&m);
-  sbx_search_set_cancel_fd(-1);
+  sbx__search_matches_free(&m);
+  sbx__search_set_cancel_fd(-1);
   close(sv[0]);
   close(sv[1]);
 }
@@ -808,25 +808,25 @@ static void test_max_depth_bound(void **state)
   /* a chain d/d/d/... 260 deep with f.txt in every directory */
   sbx_buf_t p = {0};
   for (int i = 0; i < 260; i++) {
-    sbx_buf_puts(&p, "d/");
+    sbx__buf_puts(&p, "d/");
     cleanup_free char *f = xasprintf("%sf.txt", p.data);
     write_text(root, f, "x\n");
   }
-  sbx_buf_free(&p);
+  sbx__buf_free(&p);
   bool t = false;
   sbx_strv_t v = {0};
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_search_glob(root, "f.txt", false, 1000, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_glob(root, "f.txt", false, 1000, 0, &v, &t, &err), 0);
   /* directories at depth >= SBX_SEARCH_MAX_DEPTH are not entered: files at depth 2..256 */
   assert_int_equal(v.n, SBX_SEARCH_MAX_DEPTH - 1);
   assert_true(t);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   /* below the bound: complete */
   cleanup_free char *sub = join_path(root, "d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d");
-  assert_int_equal(sbx_search_glob(sub, "f.txt", false, 1000, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_glob(sub, "f.txt", false, 1000, 0, &v, &t, &err), 0);
   assert_int_equal(v.n, 241);
   assert_false(t);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -888,13 +888,13 @@ static void test_grep_bad_regex(void **state)
   sbx_grep_matches_t m = {0};
   sbx_error_t err = NULL;
   bool t = false;
-  assert_int_equal(sbx_search_grep(root, "foo(", NULL, false, false, 10, 0, &m, &t, &err), -1);
+  assert_int_equal(sbx__search_grep(root, "foo(", NULL, false, false, 10, 0, &m, &t, &err), -1);
   assert_non_null(err);
   assert_int_equal(err->kind, SBX_E_INVALID);
   assert_non_null(strstr(err->msg, "foo("));
   assert_non_null(strstr(err->msg, "Unmatched ( or \\("));
   sbx_error_release(&err);
-  assert_null(sbx_grep_pattern_new("a[", false, false, &err));
+  assert_null(sbx__grep_pattern_new("a[", false, false, &err));
   assert_int_equal(err->kind, SBX_E_INVALID);
   assert_non_null(strstr(err->msg, "a["));
   sbx_error_release(&err);
@@ -909,7 +909,7 @@ static void test_grep_bad_regex(void **state)
   for (size_t i = 0; i < ARRAY_SIZE(too_complex); i++) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_null(sbx_grep_pattern_new(too_complex[i], false, false, &err));
+    assert_null(sbx__grep_pattern_new(too_complex[i], false, false, &err));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     assert_true(t1.tv_sec - t0.tv_sec < 1);
     assert_int_equal(err->kind, SBX_E_INVALID);
@@ -920,10 +920,10 @@ static void test_grep_bad_regex(void **state)
                         "[a-z]{2,500}", "a{1,4000}", "x{2}{3}",
                         "a+b+c+",       "((a))(b)",  "a{,3}"};
   for (size_t i = 0; i < ARRAY_SIZE(fine); i++) {
-    sbx_grep_pattern_t *ok = sbx_grep_pattern_new(fine[i], false, false, &err);
+    sbx_grep_pattern_t *ok = sbx__grep_pattern_new(fine[i], false, false, &err);
     if (ok == NULL)
       fail_msg("refused %s: %s", fine[i], err->msg);
-    sbx_grep_pattern_free(ok);
+    sbx__grep_pattern_free(ok);
   }
   /* '+' on an operand that matches "" is compiled as '*' (same language, no blow-up) */
   const char *nullable_plus[] = {"()+++++++++++", "(a*)++++++++++x", "(a|)+++++++++y",
@@ -931,39 +931,39 @@ static void test_grep_bad_regex(void **state)
   for (size_t i = 0; i < ARRAY_SIZE(nullable_plus); i++) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    sbx_grep_pattern_t *np = sbx_grep_pattern_new(nullable_plus[i], false, true, &err);
+    sbx_grep_pattern_t *np = sbx__grep_pattern_new(nullable_plus[i], false, true, &err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     assert_non_null(np);
     assert_true(t1.tv_sec - t0.tv_sec < 1);
-    sbx_grep_pattern_free(np);
+    sbx__grep_pattern_free(np);
   }
-  sbx_grep_pattern_t *np = sbx_grep_pattern_new("(a*)+x", false, true, &err);
-  assert_true(sbx_grep_pattern_match(np, "x", 1));
-  assert_true(sbx_grep_pattern_match(np, "aax", 3));
-  assert_false(sbx_grep_pattern_match(np, "aa", 2));
-  sbx_grep_pattern_free(np);
+  sbx_grep_pattern_t *np = sbx__grep_pattern_new("(a*)+x", false, true, &err);
+  assert_true(sbx__grep_pattern_match(np, "x", 1));
+  assert_true(sbx__grep_pattern_match(np, "aax", 3));
+  assert_false(sbx__grep_pattern_match(np, "aa", 2));
+  sbx__grep_pattern_free(np);
   /* anchors are not "": (^)+a keeps its meaning */
-  np = sbx_grep_pattern_new("b(^)+a", false, true, &err);
-  assert_false(sbx_grep_pattern_match(np, "ba", 2));
-  sbx_grep_pattern_free(np);
-  np = sbx_grep_pattern_new("b(^)*a", false, true, &err);
-  assert_true(sbx_grep_pattern_match(np, "ba", 2));
-  sbx_grep_pattern_free(np);
-  np = sbx_grep_pattern_new("(\\<)+ab", false, true, &err);
-  assert_false(sbx_grep_pattern_match(np, "cab", 3));
-  assert_true(sbx_grep_pattern_match(np, "c ab", 4));
-  sbx_grep_pattern_free(np);
+  np = sbx__grep_pattern_new("b(^)+a", false, true, &err);
+  assert_false(sbx__grep_pattern_match(np, "ba", 2));
+  sbx__grep_pattern_free(np);
+  np = sbx__grep_pattern_new("b(^)*a", false, true, &err);
+  assert_true(sbx__grep_pattern_match(np, "ba", 2));
+  sbx__grep_pattern_free(np);
+  np = sbx__grep_pattern_new("(\\<)+ab", false, true, &err);
+  assert_false(sbx__grep_pattern_match(np, "cab", 3));
+  assert_true(sbx__grep_pattern_match(np, "c ab", 4));
+  sbx__grep_pattern_free(np);
   /* a long literal is never too complex */
   cleanup_free char *longlit = repeat("a{1,9}", 2000);
-  sbx_grep_pattern_t *lit = sbx_grep_pattern_new(longlit, true, false, &err);
+  sbx_grep_pattern_t *lit = sbx__grep_pattern_new(longlit, true, false, &err);
   assert_non_null(lit);
-  sbx_grep_pattern_free(lit);
+  sbx__grep_pattern_free(lit);
   /* the same text as a literal is fine */
   cleanup_free char *r = grep_rel(root, "(", NULL, true, false, 10, NULL);
   assert_string_equal(r, "a.txt:1:(\n");
   /* a bad regex is reported even when the root is missing */
   cleanup_free char *missing = join_path(root, "nope");
-  assert_int_equal(sbx_search_grep(missing, "(", NULL, false, false, 10, 0, &m, &t, &err), -1);
+  assert_int_equal(sbx__search_grep(missing, "(", NULL, false, false, 10, 0, &m, &t, &err), -1);
   assert_non_null(err);
   sbx_error_release(&err);
 }
@@ -1123,37 +1123,37 @@ static void test_grep_single_file_root(void **state)
   sbx_grep_matches_t m = {0};
   sbx_error_t err = NULL;
   bool t = true;
-  assert_int_equal(sbx_search_grep(file, "needle", "*.txt", false, false, 10, 0, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(file, "needle", "*.txt", false, false, 10, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 2);
   assert_string_equal(m.v[0].path, file);
   assert_int_equal(m.v[0].line_number, 2);
   assert_string_equal(m.v[0].line, "two needle");
   assert_int_equal(m.v[1].line_number, 4);
   assert_false(t);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   /* the glob is tested against the basename only */
-  assert_int_equal(sbx_search_grep(file, "needle", "*.py", false, false, 10, 0, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(file, "needle", "*.py", false, false, 10, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 0);
-  assert_int_equal(sbx_search_grep(file, "needle", "dir/*.txt", false, false, 10, 0, &m, &t, &err),
+  assert_int_equal(sbx__search_grep(file, "needle", "dir/*.txt", false, false, 10, 0, &m, &t, &err),
                    0);
   assert_int_equal(m.n, 0);
-  assert_int_equal(sbx_search_grep(file, "needle", "notes.txt", false, false, 10, 0, &m, &t, &err),
+  assert_int_equal(sbx__search_grep(file, "needle", "notes.txt", false, false, 10, 0, &m, &t, &err),
                    0);
   assert_int_equal(m.n, 2);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   /* limit+1 within one file */
-  assert_int_equal(sbx_search_grep(file, "needle", NULL, false, false, 1, 0, &m, &t, &err), 0);
+  assert_int_equal(sbx__search_grep(file, "needle", NULL, false, false, 1, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 1);
   assert_true(t);
-  sbx_search_matches_free(&m);
-  assert_int_equal(sbx_search_grep(file, "needle", NULL, false, false, 2, 0, &m, &t, &err), 0);
+  sbx__search_matches_free(&m);
+  assert_int_equal(sbx__search_grep(file, "needle", NULL, false, false, 2, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 2);
   assert_false(t);
-  sbx_search_matches_free(&m);
-  assert_int_equal(sbx_search_grep(file, "needle", NULL, false, false, 0, 0, &m, &t, &err), 0);
+  sbx__search_matches_free(&m);
+  assert_int_equal(sbx__search_grep(file, "needle", NULL, false, false, 0, 0, &m, &t, &err), 0);
   assert_int_equal(m.n, 0);
   assert_true(t);
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   assert_null(err);
 }
 
@@ -1203,70 +1203,70 @@ static void test_grep_limit_plus_one(void **state)
 static void test_grep_api_direct(void **state)
 {
   sbx_error_t err = NULL;
-  sbx_grep_pattern_t *p = sbx_grep_pattern_new("b+c", false, false, &err);
+  sbx_grep_pattern_t *p = sbx__grep_pattern_new("b+c", false, false, &err);
   assert_non_null(p);
-  assert_true(sbx_grep_pattern_match(p, "aBBc", 4));
-  assert_false(sbx_grep_pattern_match(p, "aBB", 3));
-  assert_true(sbx_grep_pattern_match(p, "xbc\r", 4));
-  assert_false(sbx_grep_pattern_match(p, "xb\nc", 4));
-  assert_true(sbx_grep_pattern_match(p, "b\0bc", 4)); /* the length, not the NUL, ends the line */
-  sbx_grep_pattern_free(p);
-  p = sbx_grep_pattern_new("c$", false, true, &err);
-  assert_true(sbx_grep_pattern_match(p, "abc\r", 4)); /* a trailing \r is not part of the line */
-  assert_false(sbx_grep_pattern_match(p, "abC", 3));
-  sbx_grep_pattern_free(p);
-  p = sbx_grep_pattern_new("Hello", true, false, &err);
-  assert_true(sbx_grep_pattern_match(p, "say hELLO", 9));
-  assert_false(sbx_grep_pattern_match(p, "say hELL", 8));
-  sbx_grep_pattern_free(p);
-  p = sbx_grep_pattern_new("\xff", true, true, &err); /* invalid UTF-8 reads as U+FFFD */
-  assert_false(sbx_grep_pattern_match(p, "a\xff", 2));
-  sbx_grep_pattern_free(p);
-  sbx_grep_pattern_free(NULL);
+  assert_true(sbx__grep_pattern_match(p, "aBBc", 4));
+  assert_false(sbx__grep_pattern_match(p, "aBB", 3));
+  assert_true(sbx__grep_pattern_match(p, "xbc\r", 4));
+  assert_false(sbx__grep_pattern_match(p, "xb\nc", 4));
+  assert_true(sbx__grep_pattern_match(p, "b\0bc", 4)); /* the length, not the NUL, ends the line */
+  sbx__grep_pattern_free(p);
+  p = sbx__grep_pattern_new("c$", false, true, &err);
+  assert_true(sbx__grep_pattern_match(p, "abc\r", 4)); /* a trailing \r is not part of the line */
+  assert_false(sbx__grep_pattern_match(p, "abC", 3));
+  sbx__grep_pattern_free(p);
+  p = sbx__grep_pattern_new("Hello", true, false, &err);
+  assert_true(sbx__grep_pattern_match(p, "say hELLO", 9));
+  assert_false(sbx__grep_pattern_match(p, "say hELL", 8));
+  sbx__grep_pattern_free(p);
+  p = sbx__grep_pattern_new("\xff", true, true, &err); /* invalid UTF-8 reads as U+FFFD */
+  assert_false(sbx__grep_pattern_match(p, "a\xff", 2));
+  sbx__grep_pattern_free(p);
+  sbx__grep_pattern_free(NULL);
   assert_null(err);
 
-  char *s = sbx_grep_summarize_line("abc\r", 4);
+  char *s = sbx__grep_summarize_line("abc\r", 4);
   assert_string_equal(s, "abc");
   free(s);
-  s = sbx_grep_summarize_line("", 0);
+  s = sbx__grep_summarize_line("", 0);
   assert_string_equal(s, "");
   free(s);
-  s = sbx_grep_summarize_line("a\xc0\xaf"
-                              "b",
-                              4); /* overlong: two bytes, two U+FFFD */
+  s = sbx__grep_summarize_line("a\xc0\xaf"
+                               "b",
+                               4); /* overlong: two bytes, two U+FFFD */
   assert_string_equal(s, "a\xef\xbf\xbd\xef\xbf\xbd"
                          "b");
   free(s);
-  s = sbx_grep_summarize_line("\xed\xa0\x80", 3); /* a surrogate: three U+FFFD */
+  s = sbx__grep_summarize_line("\xed\xa0\x80", 3); /* a surrogate: three U+FFFD */
   assert_string_equal(s, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
   free(s);
-  s = sbx_grep_summarize_line("\xf4\x90\x80\x80", 4); /* above U+10FFFF */
+  s = sbx__grep_summarize_line("\xf4\x90\x80\x80", 4); /* above U+10FFFF */
   assert_string_equal(s, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
   free(s);
-  s = sbx_grep_summarize_line("\xf0\x9f\x98\x80!", 5); /* valid 4-byte sequence */
+  s = sbx__grep_summarize_line("\xf0\x9f\x98\x80!", 5); /* valid 4-byte sequence */
   assert_string_equal(s, "\xf0\x9f\x98\x80!");
   free(s);
   /* 250 invalid bytes: 250 code points, cut to 197 U+FFFD + "..." */
   cleanup_free char *inv = repeat("\xff", 250);
-  s = sbx_grep_summarize_line(inv, 250);
+  s = sbx__grep_summarize_line(inv, 250);
   cleanup_free char *f197 = repeat("\xef\xbf\xbd", 197);
   cleanup_free char *wantinv = xasprintf("%s...", f197);
   assert_string_equal(s, wantinv);
   free(s);
   cleanup_free char *inv2001 = repeat("\xff", 2001);
-  assert_null(sbx_grep_summarize_line(inv2001, 2001));
+  assert_null(sbx__grep_summarize_line(inv2001, 2001));
   cleanup_free char *crlf2000 = xasprintf("%s\r", inv2001 + 1);
-  s = sbx_grep_summarize_line(crlf2000, 2001); /* 2000 + the stripped \r */
+  s = sbx__grep_summarize_line(crlf2000, 2001); /* 2000 + the stripped \r */
   assert_non_null(s);
   free(s);
 
   sbx_grep_matches_t m = {0};
-  sbx_search_matches_push(&m, "/p", 7, "line-extra", 4);
+  sbx__search_matches_push(&m, "/p", 7, "line-extra", 4);
   assert_int_equal(m.n, 1);
   assert_string_equal(m.v[0].path, "/p");
   assert_int_equal(m.v[0].line_number, 7);
   assert_string_equal(m.v[0].line, "line");
-  sbx_search_matches_free(&m);
+  sbx__search_matches_free(&m);
   assert_null(m.v);
   assert_int_equal(m.n, 0);
 }
@@ -1402,7 +1402,7 @@ static const char *const diff_lines[] = {
 
 static bool ref_match(const char *pattern, bool cs, const char *line)
 {
-  cleanup_free char *clean = sbx_grep_summarize_line(line, strlen(line));
+  cleanup_free char *clean = sbx__grep_summarize_line(line, strlen(line));
   assert_non_null(clean);
   locale_t loc = newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t) 0);
   assert_true(loc != (locale_t) 0);
@@ -1428,11 +1428,11 @@ static void test_grep_differential(void **state)
     bool is_clean = strchr(l, '\r') == NULL && strchr(l, '\xff') == NULL;
     clean_no[i] = is_clean ? (int) ++nclean : 0;
     if (is_clean) {
-      sbx_buf_puts(&clean, l);
-      sbx_buf_putc(&clean, '\n');
+      sbx__buf_puts(&clean, l);
+      sbx__buf_putc(&clean, '\n');
     }
-    sbx_buf_puts(&dirty, l);
-    sbx_buf_putc(&dirty, '\n');
+    sbx__buf_puts(&dirty, l);
+    sbx__buf_putc(&dirty, '\n');
   }
   write_bytes(root, "clean.txt", clean.data, clean.len);
   write_bytes(root, "dirty.txt", dirty.data, dirty.len);
@@ -1442,42 +1442,43 @@ static void test_grep_differential(void **state)
     for (size_t pi = 0; pi < ARRAY_SIZE(diff_patterns); pi++) {
       const char *pat = diff_patterns[pi];
       sbx_error_t err = NULL;
-      sbx_grep_pattern_t *p = sbx_grep_pattern_new(pat, false, cs, &err);
+      sbx_grep_pattern_t *p = sbx__grep_pattern_new(pat, false, cs, &err);
       assert_non_null(p);
       sbx_buf_t want_clean = {0}, want_dirty = {0};
       for (size_t li = 0; li < ARRAY_SIZE(diff_lines); li++) {
         const char *l = diff_lines[li];
         bool want = ref_match(pat, cs, l);
-        if (want != sbx_grep_pattern_match(p, l, strlen(l)))
+        if (want != sbx__grep_pattern_match(p, l, strlen(l)))
           fail_msg("pattern /%s/ cs=%d line \"%s\": want %d", pat, cs, l, want);
         if (want && clean_no[li])
-          sbx_buf_printf(&want_clean, "%d,", clean_no[li]);
+          sbx__buf_printf(&want_clean, "%d,", clean_no[li]);
         if (want)
-          sbx_buf_printf(&want_dirty, "%zu,", li + 1);
+          sbx__buf_printf(&want_dirty, "%zu,", li + 1);
       }
-      sbx_grep_pattern_free(p);
+      sbx__grep_pattern_free(p);
       const char *files[2] = {cpath, dpath};
       sbx_buf_t *wants[2] = {&want_clean, &want_dirty};
       for (int f = 0; f < 2; f++) {
         sbx_grep_matches_t m = {0};
         bool t = true;
-        assert_int_equal(sbx_search_grep(files[f], pat, NULL, false, cs, 1000, 0, &m, &t, &err), 0);
+        assert_int_equal(sbx__search_grep(files[f], pat, NULL, false, cs, 1000, 0, &m, &t, &err),
+                         0);
         sbx_buf_t got = {0};
         for (size_t i = 0; i < m.n; i++)
-          sbx_buf_printf(&got, "%llu,", (unsigned long long) m.v[i].line_number);
+          sbx__buf_printf(&got, "%llu,", (unsigned long long) m.v[i].line_number);
         const char *g = got.data ? got.data : "";
         const char *w = wants[f]->data ? wants[f]->data : "";
         if (strcmp(g, w) != 0)
           fail_msg("grep /%s/ cs=%d %s: got %s want %s", pat, cs, files[f], g, w);
-        sbx_buf_free(&got);
-        sbx_search_matches_free(&m);
+        sbx__buf_free(&got);
+        sbx__search_matches_free(&m);
       }
-      sbx_buf_free(&want_clean);
-      sbx_buf_free(&want_dirty);
+      sbx__buf_free(&want_clean);
+      sbx__buf_free(&want_dirty);
     }
   }
-  sbx_buf_free(&clean);
-  sbx_buf_free(&dirty);
+  sbx__buf_free(&clean);
+  sbx__buf_free(&dirty);
 }
 
 static char tolower_ascii(char c)
@@ -1513,38 +1514,38 @@ static void test_grep_literal_differential(void **state)
                          "a.b", "axb",  "",       "e",          "tHe end",  "abaab"};
   sbx_buf_t file = {0};
   for (size_t li = 0; li < ARRAY_SIZE(lines); li++) {
-    sbx_buf_puts(&file, lines[li]);
-    sbx_buf_putc(&file, '\n');
+    sbx__buf_puts(&file, lines[li]);
+    sbx__buf_putc(&file, '\n');
   }
   write_bytes(root, "lit.txt", file.data, file.len);
-  sbx_buf_free(&file);
+  sbx__buf_free(&file);
   cleanup_free char *path = join_path(root, "lit.txt");
   for (int cs = 0; cs < 2; cs++) {
     for (size_t ni = 0; ni < ARRAY_SIZE(needles); ni++) {
       sbx_error_t err = NULL;
-      sbx_grep_pattern_t *p = sbx_grep_pattern_new(needles[ni], true, cs, &err);
+      sbx_grep_pattern_t *p = sbx__grep_pattern_new(needles[ni], true, cs, &err);
       assert_non_null(p);
       sbx_buf_t want = {0}, got = {0};
       for (size_t li = 0; li < ARRAY_SIZE(lines); li++) {
         bool w = naive_contains(lines[li], needles[ni], !cs);
-        if (w != sbx_grep_pattern_match(p, lines[li], strlen(lines[li])))
+        if (w != sbx__grep_pattern_match(p, lines[li], strlen(lines[li])))
           fail_msg("literal \"%s\" cs=%d line \"%s\": want %d", needles[ni], cs, lines[li], w);
         if (w)
-          sbx_buf_printf(&want, "%zu,", li + 1);
+          sbx__buf_printf(&want, "%zu,", li + 1);
       }
-      sbx_grep_pattern_free(p);
+      sbx__grep_pattern_free(p);
       sbx_grep_matches_t m = {0};
       bool t = true;
-      assert_int_equal(sbx_search_grep(path, needles[ni], NULL, true, cs, 1000, 0, &m, &t, &err),
+      assert_int_equal(sbx__search_grep(path, needles[ni], NULL, true, cs, 1000, 0, &m, &t, &err),
                        0);
       for (size_t i = 0; i < m.n; i++)
-        sbx_buf_printf(&got, "%llu,", (unsigned long long) m.v[i].line_number);
+        sbx__buf_printf(&got, "%llu,", (unsigned long long) m.v[i].line_number);
       const char *g = got.data ? got.data : "", *wa = want.data ? want.data : "";
       if (strcmp(g, wa) != 0)
         fail_msg("grep literal \"%s\" cs=%d: got %s want %s", needles[ni], cs, g, wa);
-      sbx_search_matches_free(&m);
-      sbx_buf_free(&want);
-      sbx_buf_free(&got);
+      sbx__search_matches_free(&m);
+      sbx__buf_free(&want);
+      sbx__buf_free(&got);
     }
   }
 }
@@ -1599,16 +1600,16 @@ static void test_list_dir(void **state)
   cleanup_free char *slash = xasprintf("%s/", root);
   sbx_strv_t v = {0};
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_search_list_dir(slash, 1, 100, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_list_dir(slash, 1, 100, 0, &v, &t, &err), 0);
   assert_int_equal(v.n, 5);
   cleanup_free char *want = xasprintf("%s/a/", root);
   assert_string_equal(v.v[1], want);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
   /* the whole output is in strcmp order */
-  assert_int_equal(sbx_search_list_dir(root, 10, 100, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_list_dir(root, 10, 100, 0, &v, &t, &err), 0);
   for (size_t i = 1; i < v.n; i++)
     assert_true(strcmp(v.v[i - 1], v.v[i]) < 0);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
 }
 
 static void test_list_dir_root_is_slash(void **state)
@@ -1616,7 +1617,7 @@ static void test_list_dir_root_is_slash(void **state)
   sbx_strv_t v = {0};
   sbx_error_t err = NULL;
   bool t = false;
-  assert_int_equal(sbx_search_list_dir("/", 1, 1000, 0, &v, &t, &err), 0);
+  assert_int_equal(sbx__search_list_dir("/", 1, 1000, 0, &v, &t, &err), 0);
   bool tmp = false;
   for (size_t i = 0; i < v.n; i++) {
     assert_true(v.v[i][0] == '/' && v.v[i][1] != '/');
@@ -1624,7 +1625,7 @@ static void test_list_dir_root_is_slash(void **state)
       tmp = true;
   }
   assert_true(tmp);
-  sbx_strv_free(&v);
+  sbx__strv_free(&v);
 }
 
 /* Unreadable directories are skipped (only meaningful when not running as root). */

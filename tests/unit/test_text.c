@@ -14,7 +14,7 @@
 static void check_range(const char *text, int64_t start, int64_t end, const char *want)
 {
   size_t n;
-  char *got = sbx_text_line_range(text, strlen(text), start, end, &n);
+  char *got = sbx__text_line_range(text, strlen(text), start, end, &n);
   assert_string_equal(got, want);
   assert_int_equal(n, strlen(want));
   free(got);
@@ -42,32 +42,32 @@ static void test_line_range(void **state)
 static void test_utf8(void **state)
 {
   (void) state;
-  assert_true(sbx_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
-  assert_false(sbx_utf8_valid("\xff", 1));
-  assert_false(sbx_utf8_valid("\xc3", 1));             /* truncated */
-  assert_false(sbx_utf8_valid("\xc0\xaf", 2));         /* overlong */
-  assert_false(sbx_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-  assert_false(sbx_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
-  assert_true(sbx_utf8_valid("a\0b", 3));              /* NUL is valid UTF-8 */
+  assert_true(sbx__utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+  assert_false(sbx__utf8_valid("\xff", 1));
+  assert_false(sbx__utf8_valid("\xc3", 1));             /* truncated */
+  assert_false(sbx__utf8_valid("\xc0\xaf", 2));         /* overlong */
+  assert_false(sbx__utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+  assert_false(sbx__utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+  assert_true(sbx__utf8_valid("a\0b", 3));              /* NUL is valid UTF-8 */
   /* every offset around the eight-byte ASCII fast path: a bad byte, a truncated sequence at
    * the end, a good sequence straddling a word */
   char buf[40];
   for (size_t at = 0; at + 3 <= sizeof buf; at++) {
     memset(buf, 'a', sizeof buf);
     buf[at] = (char) 0xff;
-    assert_false(sbx_utf8_valid(buf, sizeof buf));
+    assert_false(sbx__utf8_valid(buf, sizeof buf));
     memset(buf, 'a', sizeof buf);
     memcpy(buf + at, "\xe2\x82\xac", 3);
-    assert_true(sbx_utf8_valid(buf, sizeof buf));
-    assert_false(sbx_utf8_valid(buf, at + 2));
+    assert_true(sbx__utf8_valid(buf, sizeof buf));
+    assert_false(sbx__utf8_valid(buf, at + 2));
     buf[at + 1] = 'a';
-    assert_false(sbx_utf8_valid(buf, sizeof buf));
+    assert_false(sbx__utf8_valid(buf, sizeof buf));
   }
   size_t n;
-  char *s = sbx_utf8_sanitize("a\xff"
-                              "b\xe2\x82"
-                              "c",
-                              6, &n);
+  char *s = sbx__utf8_sanitize("a\xff"
+                               "b\xe2\x82"
+                               "c",
+                               6, &n);
   assert_string_equal(s, "a\xef\xbf\xbd"
                          "b\xef\xbf\xbd"
                          "c");
@@ -100,7 +100,7 @@ static void test_utf8_next(void **state)
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint32_t cp = 0;
-    assert_int_equal(sbx_utf8_next(cases[i].s, cases[i].len, &cp), cases[i].want_len);
+    assert_int_equal(sbx__utf8_next(cases[i].s, cases[i].len, &cp), cases[i].want_len);
     assert_int_equal(cp, cases[i].cp);
   }
 }
@@ -108,25 +108,25 @@ static void test_utf8_next(void **state)
 static void test_shell_quote(void **state)
 {
   (void) state;
-  cleanup_free char *a = sbx_shell_quote("it's $HOME");
+  cleanup_free char *a = sbx__shell_quote("it's $HOME");
   assert_string_equal(a, "'it'\\''s $HOME'");
-  cleanup_free char *b = sbx_shell_quote("");
+  cleanup_free char *b = sbx__shell_quote("");
   assert_string_equal(b, "''");
 }
 
 static void test_env_keys(void **state)
 {
   (void) state;
-  assert_true(sbx_env_key_valid("A_1", 3));
-  assert_true(sbx_env_key_valid("_x", 2));
-  assert_false(sbx_env_key_valid("1A", 2));
-  assert_false(sbx_env_key_valid("A-B", 3));
-  assert_false(sbx_env_key_valid("", 0));
+  assert_true(sbx__env_key_valid("A_1", 3));
+  assert_true(sbx__env_key_valid("_x", 2));
+  assert_false(sbx__env_key_valid("1A", 2));
+  assert_false(sbx__env_key_valid("A-B", 3));
+  assert_false(sbx__env_key_valid("", 0));
   const char *good[] = {"A=1", "B="};
   sbx_error_t err = NULL;
-  assert_int_equal(sbx_env_check(good, 2, &err), 0);
+  assert_int_equal(sbx__env_check(good, 2, &err), 0);
   const char *bad[] = {"OK=1", "BAD;rm -rf /=1"};
-  assert_int_equal(sbx_env_check(bad, 2, &err), -1);
+  assert_int_equal(sbx__env_check(bad, 2, &err), -1);
   assert_int_equal(err->kind, SBX_E_INVALID);
   assert_string_equal(err->msg,
                       "extra_env key 'BAD;rm -rf /' is not a valid POSIX environment variable "
@@ -139,7 +139,7 @@ static char *render(const char *out, const char *errs, int code, bool timed_out)
 {
   sbx_exec_output_t o = {out,          strlen(out),  strlen(out), errs,
                          strlen(errs), strlen(errs), code,        timed_out};
-  return sbx_exec_render(&o);
+  return sbx__exec_render(&o);
 }
 
 static void test_render(void **state)
@@ -179,7 +179,7 @@ static void test_truncation_marker(void **state)
 {
   (void) state;
   sbx_exec_output_t o = {"abc", 3, 10, "", 0, 0, 0, false};
-  char *r = sbx_exec_render(&o);
+  char *r = sbx__exec_render(&o);
   assert_string_equal(
       r, "abc\n... [output truncated after 3 of 10 bytes; remaining output discarded] ...");
   free(r);
@@ -198,29 +198,29 @@ static void test_base64(void **state)
            {"fooba", "Zm9vYmE="},
            {"foobar", "Zm9vYmFy"}}; /* RFC 4648 10 */
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-    char *e = sbx_base64_encode((const unsigned char *) v[i].plain, strlen(v[i].plain));
+    char *e = sbx__base64_encode((const unsigned char *) v[i].plain, strlen(v[i].plain));
     assert_string_equal(e, v[i].enc);
     free(e);
     size_t n = 99;
-    unsigned char *d = sbx_base64_decode(v[i].enc, strlen(v[i].enc), &n);
+    unsigned char *d = sbx__base64_decode(v[i].enc, strlen(v[i].enc), &n);
     assert_non_null(d);
     assert_int_equal(n, strlen(v[i].plain));
     assert_memory_equal(d, v[i].plain, n);
     free(d);
   }
   size_t n;
-  unsigned char *d = sbx_base64_decode("Zm9v\nYmFy", 9, &n); /* whitespace ignored */
+  unsigned char *d = sbx__base64_decode("Zm9v\nYmFy", 9, &n); /* whitespace ignored */
   assert_non_null(d);
   assert_memory_equal(d, "foobar", 6);
   free(d);
-  d = sbx_base64_decode("Zm8", 3, &n); /* padding optional */
+  d = sbx__base64_decode("Zm8", 3, &n); /* padding optional */
   assert_non_null(d);
   assert_int_equal(n, 2);
   free(d);
-  assert_null(sbx_base64_decode("Zm=9v", 5, &n)); /* data after padding */
-  assert_null(sbx_base64_decode("Zm9v!", 5, &n)); /* not the alphabet */
-  assert_null(sbx_base64_decode("Z", 1, &n));     /* a lone sextet is no byte */
-  assert_null(sbx_base64_decode("Zg===", 5, &n)); /* too much padding */
+  assert_null(sbx__base64_decode("Zm=9v", 5, &n)); /* data after padding */
+  assert_null(sbx__base64_decode("Zm9v!", 5, &n)); /* not the alphabet */
+  assert_null(sbx__base64_decode("Z", 1, &n));     /* a lone sextet is no byte */
+  assert_null(sbx__base64_decode("Zg===", 5, &n)); /* too much padding */
 }
 
 int main(void)

@@ -22,31 +22,31 @@
 static void pad(sbx_buf_t *b, size_t a)
 {
   while (b->len % a)
-    sbx_buf_putc(b, '\0');
+    sbx__buf_putc(b, '\0');
 }
 
 static void put_u32(sbx_buf_t *b, uint32_t v)
 {
   pad(b, 4);
-  sbx_buf_append(b, &v, 4);
+  sbx__buf_append(b, &v, 4);
 }
 
 static void put_u64(sbx_buf_t *b, uint64_t v)
 {
   pad(b, 8);
-  sbx_buf_append(b, &v, 8);
+  sbx__buf_append(b, &v, 8);
 }
 
 static void put_str(sbx_buf_t *b, const char *s)
 {
   put_u32(b, (uint32_t) strlen(s));
-  sbx_buf_append(b, s, strlen(s) + 1);
+  sbx__buf_append(b, s, strlen(s) + 1);
 }
 
 static void put_sig(sbx_buf_t *b, const char *s)
 {
-  sbx_buf_putc(b, (char) strlen(s));
-  sbx_buf_append(b, s, strlen(s) + 1);
+  sbx__buf_putc(b, (char) strlen(s));
+  sbx__buf_append(b, s, strlen(s) + 1);
 }
 
 /* An array's length is patched in once its elements are written; it excludes the padding that
@@ -77,7 +77,7 @@ static void prop_begin(sbx_buf_t *b, const char *name, const char *sig)
 static void header_field(sbx_buf_t *b, uint8_t code, const char *sig, const char *val)
 {
   pad(b, 8);
-  sbx_buf_putc(b, (char) code);
+  sbx__buf_putc(b, (char) code);
   put_sig(b, sig);
   if (strcmp(sig, "g") == 0)
     put_sig(b, val);
@@ -134,7 +134,7 @@ static bool rd_sig(struct rd *r, const char **s, uint32_t *n)
   return true;
 }
 
-size_t sbx_dbus_message_size(const void *p, size_t len)
+size_t sbx__dbus_message_size(const void *p, size_t len)
 {
   const uint8_t *b = p;
   if (len < 16 || b[0] != 'l')
@@ -148,10 +148,10 @@ size_t sbx_dbus_message_size(const void *p, size_t len)
   return hdr + body;
 }
 
-int sbx_dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error)
+int sbx__dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error)
 {
   *error = NULL;
-  size_t total = sbx_dbus_message_size(p, len);
+  size_t total = sbx__dbus_message_size(p, len);
   if (total == 0 || total > len)
     return -1;
   const uint8_t *b = p;
@@ -215,12 +215,12 @@ static int recv_all(int fd, sbx_buf_t *in, size_t want, sbx_error_t *err)
     char chunk[4096];
     struct pollfd pfd = {fd, POLLIN, 0};
     if (poll(&pfd, 1, 10000) <= 0)
-      return sbx_make_error(err, ETIMEDOUT, SBX_E_UNSUPPORTED, "no answer from systemd");
+      return sbx__make_error(err, ETIMEDOUT, SBX_E_UNSUPPORTED, "no answer from systemd");
     ssize_t n = read(fd, chunk, sizeof chunk);
     if (n <= 0)
-      return sbx_make_error(err, n < 0 ? errno : ECONNRESET, SBX_E_UNSUPPORTED,
-                            "read from " SYSTEMD_PRIVATE);
-    sbx_buf_append(in, chunk, (size_t) n);
+      return sbx__make_error(err, n < 0 ? errno : ECONNRESET, SBX_E_UNSUPPORTED,
+                             "read from " SYSTEMD_PRIVATE);
+    sbx__buf_append(in, chunk, (size_t) n);
   }
   return 0;
 }
@@ -233,7 +233,7 @@ static int dbus_connect(sbx_error_t *err)
     int e = errno;
     if (fd >= 0)
       close(fd);
-    return sbx_make_error(err, e, SBX_E_UNSUPPORTED, "connect to systemd at " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, e, SBX_E_UNSUPPORTED, "connect to systemd at " SYSTEMD_PRIVATE);
   }
   char uid[16], hex[40] = "", line[128];
   snprintf(uid, sizeof uid, "%u", (unsigned) geteuid());
@@ -241,22 +241,22 @@ static int dbus_connect(sbx_error_t *err)
     snprintf(hex + 2 * i, 3, "%02x", (unsigned char) uid[i]);
   int n = snprintf(line, sizeof line, "%cAUTH EXTERNAL %s\r\n", '\0', hex);
   sbx_buf_t in = {0};
-  if (sbx_write_all(fd, line, (size_t) n) < 0) {
+  if (sbx__write_all(fd, line, (size_t) n) < 0) {
     close(fd);
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
   }
   while (memchr(in.data ? in.data : "", '\n', in.len) == NULL) {
     if (recv_all(fd, &in, in.len + 1, err) < 0 || in.len > 512) {
-      sbx_buf_free(&in);
+      sbx__buf_free(&in);
       close(fd);
-      return sbx_make_error(err, EPROTO, SBX_E_UNSUPPORTED, "systemd's authentication");
+      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "systemd's authentication");
     }
   }
   bool ok = in.len >= 3 && memcmp(in.data, "OK ", 3) == 0;
-  sbx_buf_free(&in);
-  if (!ok || sbx_write_all(fd, "BEGIN\r\n", 7) < 0) {
+  sbx__buf_free(&in);
+  if (!ok || sbx__write_all(fd, "BEGIN\r\n", 7) < 0) {
     close(fd);
-    return sbx_make_error(err, EACCES, SBX_E_UNSUPPORTED, "systemd refused our authentication");
+    return sbx__make_error(err, EACCES, SBX_E_UNSUPPORTED, "systemd refused our authentication");
   }
   return fd;
 }
@@ -279,8 +279,8 @@ static void add_limits(sbx_buf_t *b, const struct sbx_launch_spec *s)
   }
 }
 
-int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
-                             char **path_out, sbx_error_t *err)
+int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
+                              char **path_out, sbx_error_t *err)
 {
   *path_out = NULL;
   cleanup_free char *unit = xasprintf("sbx-%s.scope", name);
@@ -311,7 +311,7 @@ int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, 
 
   const uint32_t serial = 1;
   sbx_buf_t msg = {0};
-  sbx_buf_append(&msg, "l\1\0\1", 4);
+  sbx__buf_append(&msg, "l\1\0\1", 4);
   put_u32(&msg, (uint32_t) body.len);
   put_u32(&msg, serial);
   size_t fstart;
@@ -323,38 +323,38 @@ int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, 
   header_field(&msg, 8, "g", "ssa(sv)a(sa(sv))");
   array_end(&msg, fat, fstart);
   pad(&msg, 8);
-  sbx_buf_append(&msg, body.data, body.len);
-  sbx_buf_free(&body);
+  sbx__buf_append(&msg, body.data, body.len);
+  sbx__buf_free(&body);
 
   cleanup_close int fd = dbus_connect(err);
   if (fd < 0) {
-    sbx_buf_free(&msg);
+    sbx__buf_free(&msg);
     return -1;
   }
-  int r = sbx_write_all(fd, msg.data, msg.len);
-  sbx_buf_free(&msg);
+  int r = sbx__write_all(fd, msg.data, msg.len);
+  sbx__buf_free(&msg);
   if (r < 0)
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
   sbx_buf_t in = {0};
   for (;;) {
     size_t total;
-    if (recv_all(fd, &in, 16, err) < 0 || (total = sbx_dbus_message_size(in.data, in.len)) == 0 ||
+    if (recv_all(fd, &in, 16, err) < 0 || (total = sbx__dbus_message_size(in.data, in.len)) == 0 ||
         recv_all(fd, &in, total, err) < 0) {
-      sbx_buf_free(&in);
-      return sbx_make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
+      sbx__buf_free(&in);
+      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
     }
     char *error = NULL;
-    int pr = sbx_dbus_parse_reply(in.data, in.len, serial, &error);
+    int pr = sbx__dbus_parse_reply(in.data, in.len, serial, &error);
     if (pr == 1) { /* skip a message that is not our reply */
       memmove(in.data, in.data + total, in.len - total);
       in.len -= total;
       continue;
     }
-    sbx_buf_free(&in);
+    sbx__buf_free(&in);
     if (pr < 0)
-      return sbx_make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
+      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
     if (error) {
-      sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "systemd: start %s in %s: %s", unit, slice, error);
+      sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "systemd: start %s in %s: %s", unit, slice, error);
       free(error);
       return -1;
     }
@@ -365,8 +365,8 @@ int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, 
   cleanup_free char *want = xasprintf("/%s", unit);
   for (int i = 0; i < 1000; i++) {
     cleanup_free char *data = NULL;
-    if (sbx_read_file_at(AT_FDCWD, proc, 1 << 16, &data, NULL) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "read %s", proc);
+    if (sbx__read_file_at(AT_FDCWD, proc, 1 << 16, &data, NULL) < 0)
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "read %s", proc);
     char *line = strstr(data, "0::");
     if (line) {
       line += 3;
@@ -379,6 +379,6 @@ int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, 
     }
     usleep(5000);
   }
-  return sbx_make_error(err, ETIMEDOUT, SBX_E_UNSUPPORTED,
-                        "systemd did not move the sandbox into %s within 5 s", unit);
+  return sbx__make_error(err, ETIMEDOUT, SBX_E_UNSUPPORTED,
+                         "systemd did not move the sandbox into %s within 5 s", unit);
 }

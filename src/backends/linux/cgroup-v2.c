@@ -20,14 +20,14 @@ static int write_str(const char *dir, const char *file, const char *val)
   cleanup_close int fd = open(p, O_WRONLY | O_CLOEXEC);
   if (fd < 0)
     return -1;
-  return sbx_write_all(fd, val, strlen(val));
+  return sbx__write_all(fd, val, strlen(val));
 }
 
 static char *read_text(const char *dir, const char *file)
 {
   cleanup_free char *p = xasprintf("%s/%s", dir, file);
   char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, p, 1 << 20, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, p, 1 << 20, &data, NULL) < 0)
     return NULL;
   return data;
 }
@@ -46,7 +46,7 @@ static bool has_word(const char *list, const char *w)
   return false;
 }
 
-char *sbx_cgroup_v2_own(void)
+char *sbx__cgroup_v2_own(void)
 {
   cleanup_file FILE *f = fopen("/proc/self/cgroup", "re");
   if (f == NULL)
@@ -84,19 +84,19 @@ static char *mount_root(void)
   return found;
 }
 
-char *sbx_cgroup_v2_base(sbx_error_t *err)
+char *sbx__cgroup_v2_base(sbx_error_t *err)
 {
-  cleanup_free char *own = sbx_cgroup_v2_own();
+  cleanup_free char *own = sbx__cgroup_v2_own();
   if (own == NULL || own[0] != '/') {
-    sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "no cgroup v2 line in /proc/self/cgroup");
+    sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "no cgroup v2 line in /proc/self/cgroup");
     return NULL;
   }
   /* "/.." when the mount shows another cgroup namespace's root than ours */
   if (strstr(own, "/..") != NULL || strstr(own, " (deleted)") != NULL) {
-    sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
-                   "our cgroup `%s` is not below the cgroup2 mount at " SBX_CG_ROOT
-                   " (mounted from another cgroup namespace?)",
-                   own);
+    sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                    "our cgroup `%s` is not below the cgroup2 mount at " SBX_CG_ROOT
+                    " (mounted from another cgroup namespace?)",
+                    own);
     return NULL;
   }
   /* a mount of a cgroup below our namespace's root shows paths relative to itself */
@@ -104,10 +104,10 @@ char *sbx_cgroup_v2_base(sbx_error_t *err)
   if (top && strcmp(top, "/") != 0) {
     size_t t = strlen(top);
     if (strncmp(own, top, t) != 0 || (own[t] != '/' && own[t] != '\0')) {
-      sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
-                     "the cgroup2 mount at " SBX_CG_ROOT " shows `%s`, which does not hold our "
-                     "cgroup `%s` (mounted from another cgroup namespace?)",
-                     top, own);
+      sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                      "the cgroup2 mount at " SBX_CG_ROOT " shows `%s`, which does not hold our "
+                      "cgroup `%s` (mounted from another cgroup namespace?)",
+                      top, own);
       return NULL;
     }
     memmove(own, own + t, strlen(own + t) + 1);
@@ -128,19 +128,19 @@ static int move_to_leaf(const char *base, sbx_error_t *err)
 {
   cleanup_free char *leaf = xasprintf("%s/" SBX_CG_LEAF, base);
   if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "create cgroup `%s`", leaf);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "create cgroup `%s`", leaf);
   for (int round = 0; round < 100; round++) {
     cleanup_free char *procs = read_text(base, "cgroup.procs");
     if (procs == NULL)
-      return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "read `%s/cgroup.procs`", base);
+      return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "read `%s/cgroup.procs`", base);
     if (procs[strspn(procs, " \n")] == '\0')
       return 0;
     for (char *tok = strtok(procs, "\n"); tok; tok = strtok(NULL, "\n"))
       if (write_str(leaf, "cgroup.procs", tok) < 0 && errno != ESRCH)
-        return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "move process %s to `%s`", tok, leaf);
+        return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "move process %s to `%s`", tok, leaf);
   }
-  return sbx_make_error(err, EBUSY, SBX_E_UNSUPPORTED, "empty `%s` (processes keep appearing)",
-                        base);
+  return sbx__make_error(err, EBUSY, SBX_E_UNSUPPORTED, "empty `%s` (processes keep appearing)",
+                         base);
 }
 
 /* Enables in dir's subtree_control those of v2_ctrls that dir has and has not enabled yet. */
@@ -150,25 +150,25 @@ static int enable_controllers(const char *dir, bool *busy, sbx_error_t *err)
   cleanup_free char *avail = read_text(dir, "cgroup.controllers");
   cleanup_free char *on = read_text(dir, "cgroup.subtree_control");
   if (avail == NULL || on == NULL)
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "read the controllers of `%s`", dir);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "read the controllers of `%s`", dir);
   sbx_buf_t want = {0};
   for (size_t i = 0; i < sizeof v2_ctrls / sizeof v2_ctrls[0]; i++)
     if (has_word(avail, v2_ctrls[i]) && !has_word(on, v2_ctrls[i]))
-      sbx_buf_printf(&want, "%s+%s", want.len ? " " : "", v2_ctrls[i]);
-  cleanup_free char *w = sbx_buf_steal(&want);
+      sbx__buf_printf(&want, "%s+%s", want.len ? " " : "", v2_ctrls[i]);
+  cleanup_free char *w = sbx__buf_steal(&want);
   if (w == NULL || *w == '\0')
     return 0;
   if (write_str(dir, "cgroup.subtree_control", w) == 0)
     return 0;
   *busy = errno == EBUSY;
-  return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "enable `%s` in `%s/cgroup.subtree_control`",
-                        w, dir);
+  return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
+                         "enable `%s` in `%s/cgroup.subtree_control`", w, dir);
 }
 
-int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err)
+int sbx__cgroup_v2_prepare(char **parent_out, sbx_error_t *err)
 {
   *parent_out = NULL;
-  cleanup_free char *base = sbx_cgroup_v2_base(err);
+  cleanup_free char *base = sbx__cgroup_v2_base(err);
   if (base == NULL)
     return -1;
   bool busy;
@@ -187,19 +187,19 @@ int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err)
   }
   cleanup_free char *parent = xasprintf("%s/sbx", base);
   if (mkdir(parent, 0755) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "create cgroup `%s`", parent);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "create cgroup `%s`", parent);
   if (enable_controllers(parent, &busy, err) < 0)
     return -1;
   *parent_out = steal_pointer(&parent);
   return 0;
 }
 
-char *sbx_cgroup_v2_missing(const char *dir)
+char *sbx__cgroup_v2_missing(const char *dir)
 {
   cleanup_free char *avail = read_text(dir, "cgroup.controllers");
   sbx_buf_t b = {0};
   for (size_t i = 0; i < sizeof v2_ctrls / sizeof v2_ctrls[0]; i++)
     if (!has_word(avail, v2_ctrls[i]))
-      sbx_buf_printf(&b, "%s%s", b.len ? " " : "", v2_ctrls[i]);
-  return sbx_buf_steal(&b);
+      sbx__buf_printf(&b, "%s%s", b.len ? " " : "", v2_ctrls[i]);
+  return sbx__buf_steal(&b);
 }

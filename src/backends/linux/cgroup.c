@@ -31,7 +31,7 @@ static int write_str(const char *dir, const char *file, const char *val)
   cleanup_close int fd = open(p, O_WRONLY | O_CLOEXEC);
   if (fd < 0)
     return -1;
-  return sbx_write_all(fd, val, strlen(val));
+  return sbx__write_all(fd, val, strlen(val));
 }
 
 static bool unified_host(void)
@@ -95,8 +95,8 @@ static int cg_kind(int e)
 
 static int mkdir_cg(const char *path, bool fresh, sbx_error_t *err)
 {
-  if (fresh ? mkdir(path, 0755) < 0 : sbx_mkdir_p(path, 0755) < 0)
-    return sbx_make_error(err, errno, cg_kind(errno), "create cgroup `%s`", path);
+  if (fresh ? mkdir(path, 0755) < 0 : sbx__mkdir_p(path, 0755) < 0)
+    return sbx__make_error(err, errno, cg_kind(errno), "create cgroup `%s`", path);
   return 0;
 }
 
@@ -107,29 +107,29 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
   if (cg->unified) {
     const char *dir = cg->path[0];
     /* A controller that is not delegated here has no files: fine while no limit needs it. */
-    cleanup_free char *missing = sbx_cgroup_v2_missing(dir);
+    cleanup_free char *missing = sbx__cgroup_v2_missing(dir);
     const char *absent = memory_bytes && strstr(missing, "memory")                 ? "memory"
                          : set_pids && pids > 0 && strstr(missing, "pids") != NULL ? "pids"
                          : cpu_millis && strstr(missing, "cpu") != NULL            ? "cpu"
                                                                                    : NULL;
     if (absent)
-      return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
-                            "the `%s` controller is not available in `%s` (not enabled or not "
-                            "delegated above it) for the sandbox's %s limit",
-                            absent, dir, absent);
+      return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                             "the `%s` controller is not available in `%s` (not enabled or not "
+                             "delegated above it) for the sandbox's %s limit",
+                             absent, dir, absent);
     snprintf(val, sizeof val, "%llu", (unsigned long long) memory_bytes);
     if (write_str(dir, "memory.max", memory_bytes ? val : "max") < 0 &&
         (memory_bytes || errno != ENOENT))
-      return sbx_make_error(err, errno, cg_kind(errno), "set memory.max in `%s`", dir);
+      return sbx__make_error(err, errno, cg_kind(errno), "set memory.max in `%s`", dir);
     write_str(dir, "memory.swap.max", "0"); /* absent without swap accounting */
     if (set_pids) {
       snprintf(val, sizeof val, "%lld", (long long) pids);
       if (write_str(dir, "pids.max", pids > 0 ? val : "max") < 0 && (pids > 0 || errno != ENOENT))
-        return sbx_make_error(err, errno, cg_kind(errno), "set pids.max in `%s`", dir);
+        return sbx__make_error(err, errno, cg_kind(errno), "set pids.max in `%s`", dir);
     }
     snprintf(val, sizeof val, "%llu 100000", (unsigned long long) cpu_millis * 100);
     if (write_str(dir, "cpu.max", cpu_millis ? val : "max 100000") < 0 && cpu_millis)
-      return sbx_make_error(err, errno, cg_kind(errno), "set cpu.max in `%s`", dir);
+      return sbx__make_error(err, errno, cg_kind(errno), "set cpu.max in `%s`", dir);
     return 0;
   }
   /* a limit asked for on a host without its controller must not pass for enforced */
@@ -138,10 +138,10 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
                        : cpu_millis && !cg->path[SBX_CG_CPU]            ? "cpu"
                                                                         : NULL;
   if (absent)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
-                          "no `%s` cgroup controller is mounted under " CG_ROOT
-                          " for the sandbox's %s limit",
-                          absent, absent);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                           "no `%s` cgroup controller is mounted under " CG_ROOT
+                           " for the sandbox's %s limit",
+                           absent, absent);
   if (cg->path[SBX_CG_MEMORY]) {
     const char *dir = cg->path[SBX_CG_MEMORY];
     snprintf(val, sizeof val, "%lld", memory_bytes ? (long long) memory_bytes : -1LL);
@@ -151,7 +151,7 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
     if (has_memsw && !memory_bytes)
       write_str(dir, "memory.memsw.limit_in_bytes", "-1");
     if (write_str(dir, "memory.limit_in_bytes", val) < 0)
-      return sbx_make_error(err, errno, cg_kind(errno), "set memory.limit_in_bytes in `%s`", dir);
+      return sbx__make_error(err, errno, cg_kind(errno), "set memory.limit_in_bytes in `%s`", dir);
     if (has_memsw && memory_bytes)
       write_str(dir, "memory.memsw.limit_in_bytes", val);
     /* v1 keeps TCP buffers outside memory.limit_in_bytes, and charges them at all only once
@@ -159,39 +159,39 @@ static int apply_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint
     snprintf(val, sizeof val, "%lld",
              memory_bytes ? (long long) sbx_cgroup_tcp_bytes(memory_bytes) : -1LL);
     if (write_str(dir, "memory.kmem.tcp.limit_in_bytes", val) < 0 && errno != ENOENT)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL,
-                            "set memory.kmem.tcp.limit_in_bytes in `%s`", dir);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL,
+                             "set memory.kmem.tcp.limit_in_bytes in `%s`", dir);
   }
   if (set_pids && cg->path[SBX_CG_PIDS]) {
     snprintf(val, sizeof val, "%lld", (long long) pids);
     if (write_str(cg->path[SBX_CG_PIDS], "pids.max", pids > 0 ? val : "max") < 0)
-      return sbx_make_error(err, errno, cg_kind(errno), "set pids.max in `%s`",
-                            cg->path[SBX_CG_PIDS]);
+      return sbx__make_error(err, errno, cg_kind(errno), "set pids.max in `%s`",
+                             cg->path[SBX_CG_PIDS]);
   }
   if (cg->path[SBX_CG_CPU]) {
     snprintf(val, sizeof val, "%lld", cpu_millis ? (long long) cpu_millis * 100 : -1LL);
     if (write_str(cg->path[SBX_CG_CPU], "cpu.cfs_quota_us", val) < 0 && cpu_millis)
-      return sbx_make_error(err, errno, cg_kind(errno), "set cpu.cfs_quota_us in `%s`",
-                            cg->path[SBX_CG_CPU]);
+      return sbx__make_error(err, errno, cg_kind(errno), "set cpu.cfs_quota_us in `%s`",
+                             cg->path[SBX_CG_CPU]);
   }
   return 0;
 }
 
-bool sbx_cgroup_delegated(const char *dir)
+bool sbx__cgroup_delegated(const char *dir)
 {
   char val[8];
   return getxattr(dir, "trusted.delegate", val, sizeof val) > 0 ||
          getxattr(dir, "user.delegate", val, sizeof val) > 0;
 }
 
-int sbx_cgroup_auto_manager(void)
+int sbx__cgroup_auto_manager(void)
 {
   /* systemd owns the tree unless it delegated our cgroup to us (Delegate=yes): then, or with
    * no systemd at all, the tree below our cgroup is ours to manage */
   if (!unified_host() || access("/run/systemd/system", F_OK) < 0)
     return SBX_CGM_CGROUPFS;
-  cleanup_free char *base = sbx_cgroup_v2_base(NULL);
-  if (base == NULL || strcmp(base, CG_ROOT) == 0 || sbx_cgroup_delegated(base))
+  cleanup_free char *base = sbx__cgroup_v2_base(NULL);
+  if (base == NULL || strcmp(base, CG_ROOT) == 0 || sbx__cgroup_delegated(base))
     return SBX_CGM_CGROUPFS;
   return SBX_CGM_SYSTEMD;
 }
@@ -199,14 +199,14 @@ int sbx_cgroup_auto_manager(void)
 static int create_cgroups(const struct sbx_launch_spec *s, const char *id, pid_t pid,
                           struct sbx_cgroup *cg, sbx_error_t *err)
 {
-  int mgr = s->cgroup_manager == SBX_CGM_AUTO ? sbx_cgroup_auto_manager() : s->cgroup_manager;
+  int mgr = s->cgroup_manager == SBX_CGM_AUTO ? sbx__cgroup_auto_manager() : s->cgroup_manager;
   if (mgr == SBX_CGM_SYSTEMD) {
     if (!unified_host())
-      return sbx_make_error(err, 0, SBX_E_UNSUPPORTED,
-                            "cgroup_manager systemd needs a unified (v2) cgroup hierarchy");
+      return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                             "cgroup_manager systemd needs a unified (v2) cgroup hierarchy");
     cg->unified = true;
     cleanup_free char *p = NULL;
-    if (sbx_cgroup_systemd_scope(s, id, pid, &p, err) < 0)
+    if (sbx__cgroup_systemd_scope(s, id, pid, &p, err) < 0)
       return -1;
     for (int i = 0; i < SBX_CG_MAX; i++)
       cg->path[i] = xstrdup(p);
@@ -215,7 +215,7 @@ static int create_cgroups(const struct sbx_launch_spec *s, const char *id, pid_t
   if (unified_host()) {
     cg->unified = true;
     cleanup_free char *parent = NULL;
-    if (sbx_cgroup_v2_prepare(&parent, err) < 0)
+    if (sbx__cgroup_v2_prepare(&parent, err) < 0)
       return -1;
     char *p = xasprintf("%s/%s", parent, id);
     for (int i = 0; i < SBX_CG_MAX; i++)
@@ -225,7 +225,7 @@ static int create_cgroups(const struct sbx_launch_spec *s, const char *id, pid_t
   }
   struct statfs st;
   if (statfs(CG_ROOT, &st) < 0)
-    return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "no cgroup file system at " CG_ROOT);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "no cgroup file system at " CG_ROOT);
   for (int i = 0; i < SBX_CG_MAX; i++) {
     cleanup_free char *mnt = v1_mount(v1_names[i]);
     if (mnt == NULL)
@@ -254,11 +254,11 @@ static void explain(sbx_error_t *err, bool required)
                : "run `sbx doctor`");
   int status = (*err)->status, kind = (*err)->kind;
   sbx_error_release(err);
-  sbx_error_set(err, status, kind, msg);
+  sbx__error_set(err, status, kind, msg);
 }
 
-int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
-                      sbx_error_t *err)
+int sbx__cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                       sbx_error_t *err)
 {
   memset(cg, 0, sizeof *cg);
   if (s->cgroup_manager == SBX_CGM_NONE) {
@@ -267,14 +267,14 @@ int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgr
   }
   /* One scope id can exist in several state dirs at once: every sandbox gets its own cgroup. */
   char suffix[9];
-  sbx_random_hex(suffix, 8);
+  sbx__random_hex(suffix, 8);
   cleanup_free char *name = xasprintf("%s-%s", s->id, suffix);
   sbx_error_t e = NULL;
   if (create_cgroups(s, name, pid, cg, &e) == 0 &&
       apply_limits(cg, s->memory_bytes, s->cpu_millis, s->pids, true, &e) == 0)
     return 0;
-  sbx_cgroup_destroy(cg, 0, NULL);
-  sbx_cgroup_free(cg);
+  sbx__cgroup_destroy(cg, 0, NULL);
+  sbx__cgroup_free(cg);
   if (e->kind == SBX_E_UNSUPPORTED && !s->cgroup_required) {
     explain(&e, false);
     cg->none = xstrdup(e->msg);
@@ -289,13 +289,13 @@ int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgr
   return -1;
 }
 
-int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
-                          sbx_error_t *err)
+int sbx__cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
+                           sbx_error_t *err)
 {
   return apply_limits(cg, memory_bytes, cpu_millis, 0, false, err);
 }
 
-int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err)
+int sbx__cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err)
 {
   char val[32];
   snprintf(val, sizeof val, "%d", (int) pid);
@@ -303,12 +303,12 @@ int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err)
     if (cg->path[i] == NULL || (i > 0 && cg->unified))
       continue;
     if (write_str(cg->path[i], "cgroup.procs", val) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "join cgroup `%s`", cg->path[i]);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "join cgroup `%s`", cg->path[i]);
   }
   return 0;
 }
 
-int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err)
+int sbx__cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err)
 {
   for (int i = 0; i < SBX_CG_MAX; i++) {
     if (cg->path[i] == NULL || (i > 0 && cg->unified))
@@ -317,27 +317,27 @@ int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err)
      * that a write to cgroup.procs takes (its RCU wait cost 10-16 ms on an idle host). The
      * caller is single-threaded, so that moves the whole process. v2 has no `tasks`. */
     if (write_str(cg->path[i], cg->unified ? "cgroup.procs" : "tasks", "0") < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "join cgroup `%s`", cg->path[i]);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "join cgroup `%s`", cg->path[i]);
   }
   return 0;
 }
 
-int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err)
+int sbx__cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err)
 {
-  uint64_t deadline = sbx_now_ms() + (uint64_t) (timeout_ms > 0 ? timeout_ms : 0);
+  uint64_t deadline = sbx__now_ms() + (uint64_t) (timeout_ms > 0 ? timeout_ms : 0);
   int ret = 0;
   /* A frozen cgroup's tasks cannot die: thaw before waiting for any directory to empty (the
    * freezer comes last in path[], after the controllers whose removal waits for them). */
   if (cg->path[SBX_CG_FREEZER])
-    sbx_cgroup_freeze(cg, false, NULL);
+    sbx__cgroup_freeze(cg, false, NULL);
   for (int i = 0; i < SBX_CG_MAX; i++) {
     if (cg->path[i] == NULL || (i > 0 && cg->unified))
       continue;
     for (;;) {
       if (rmdir(cg->path[i]) == 0 || errno == ENOENT)
         break;
-      if (errno != EBUSY || sbx_now_ms() >= deadline) {
-        ret = sbx_make_error(err, errno, SBX_E_INTERNAL, "remove cgroup `%s`", cg->path[i]);
+      if (errno != EBUSY || sbx__now_ms() >= deadline) {
+        ret = sbx__make_error(err, errno, SBX_E_INTERNAL, "remove cgroup `%s`", cg->path[i]);
         break;
       }
       usleep(2000);
@@ -346,7 +346,7 @@ int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t 
   return ret;
 }
 
-int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg)
+int64_t sbx__cgroup_memory(const struct sbx_cgroup *cg)
 {
   const char *dir = cg->path[SBX_CG_MEMORY];
   if (dir == NULL)
@@ -354,46 +354,46 @@ int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg)
   cleanup_free char *p =
       xasprintf("%s/%s", dir, cg->unified ? "memory.current" : "memory.usage_in_bytes");
   cleanup_free char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, p, 64, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, p, 64, &data, NULL) < 0)
     return -1;
   return strtoll(data, NULL, 10);
 }
 
-int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err)
+int sbx__cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err)
 {
   const char *dir = cg->path[SBX_CG_FREEZER];
   if (dir == NULL)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "no freezer cgroup on this host");
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "no freezer cgroup on this host");
   int r = cg->unified ? write_str(dir, "cgroup.freeze", frozen ? "1" : "0")
                       : write_str(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
   if (r < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "%s `%s`", frozen ? "freeze" : "thaw", dir);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "%s `%s`", frozen ? "freeze" : "thaw", dir);
   if (!frozen || cg->unified)
     return 0;
   /* v1 reports FREEZING until every task has stopped */
   for (int i = 0; i < 500; i++) {
-    if (sbx_cgroup_is_frozen(cg))
+    if (sbx__cgroup_is_frozen(cg))
       return 0;
     usleep(1000);
   }
-  return sbx_make_error(err, 0, SBX_E_TIMEOUT, "freeze `%s`: tasks did not stop", dir);
+  return sbx__make_error(err, 0, SBX_E_TIMEOUT, "freeze `%s`: tasks did not stop", dir);
 }
 
-bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg)
+bool sbx__cgroup_is_frozen(const struct sbx_cgroup *cg)
 {
   const char *dir = cg->path[SBX_CG_FREEZER];
   if (dir == NULL)
     return false;
   cleanup_free char *p = xasprintf("%s/%s", dir, cg->unified ? "cgroup.events" : "freezer.state");
   cleanup_free char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
     return false;
   if (cg->unified)
     return strstr(data, "frozen 1") != NULL;
   return strncmp(data, "FROZEN", 6) == 0;
 }
 
-char *sbx_cgroup_format(const struct sbx_cgroup *cg)
+char *sbx__cgroup_format(const struct sbx_cgroup *cg)
 {
   sbx_buf_t b = {0};
   if (cg->none) {
@@ -402,17 +402,17 @@ char *sbx_cgroup_format(const struct sbx_cgroup *cg)
     for (char *c = line; *c; c++)
       if (*c == '\n')
         *c = ' ';
-    sbx_buf_printf(&b, "none=%s\n", line);
+    sbx__buf_printf(&b, "none=%s\n", line);
   } else if (cg->unified)
-    sbx_buf_printf(&b, "unified=%s\n", cg->path[0]);
+    sbx__buf_printf(&b, "unified=%s\n", cg->path[0]);
   else
     for (int i = 0; i < SBX_CG_MAX; i++)
       if (cg->path[i])
-        sbx_buf_printf(&b, "%s=%s\n", v1_names[i], cg->path[i]);
-  return sbx_buf_steal(&b);
+        sbx__buf_printf(&b, "%s=%s\n", v1_names[i], cg->path[i]);
+  return sbx__buf_steal(&b);
 }
 
-int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg)
+int sbx__cgroup_parse(const char *s, struct sbx_cgroup *cg)
 {
   memset(cg, 0, sizeof *cg);
   while (s && *s) {
@@ -426,7 +426,7 @@ int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg)
     *eq = '\0';
     const char *path = eq + 1;
     /* only ever trust paths under the cgroup mount */
-    if (!sbx_str_has_prefix(path, CG_ROOT "/") || strstr(path, "/../") != NULL)
+    if (!sbx__str_has_prefix(path, CG_ROOT "/") || strstr(path, "/../") != NULL)
       continue;
     if (strcmp(line, "unified") == 0) {
       cg->unified = true;
@@ -445,7 +445,7 @@ int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg)
   return 0;
 }
 
-void sbx_cgroup_free(struct sbx_cgroup *cg)
+void sbx__cgroup_free(struct sbx_cgroup *cg)
 {
   free(cg->none);
   cg->none = NULL;
@@ -461,20 +461,20 @@ static int64_t read_int(const char *dir, const char *file)
     return -1;
   cleanup_free char *p = xasprintf("%s/%s", dir, file);
   cleanup_free char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, p, 4096, &data, NULL) < 0)
     return -1;
   if (strncmp(data, "max", 3) == 0)
     return INT64_MAX;
   return strtoll(data, NULL, 10);
 }
 
-int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
+int sbx__cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
 {
   struct sysinfo si;
   sysinfo(&si);
   uint64_t host_mem = (uint64_t) si.totalram * si.mem_unit;
   m->cpu_count = (double) get_nprocs();
-  int64_t used = sbx_cgroup_memory(cg);
+  int64_t used = sbx__cgroup_memory(cg);
   if (used < 0)
     return -1;
   m->mem_used = (uint64_t) used;
@@ -485,13 +485,13 @@ int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
     cleanup_free char *p = xasprintf("%s/cpu.max", dir);
     cleanup_free char *data = NULL;
     long long quota, period;
-    if (sbx_read_file_at(AT_FDCWD, p, 256, &data, NULL) == 0 &&
+    if (sbx__read_file_at(AT_FDCWD, p, 256, &data, NULL) == 0 &&
         sscanf(data, "%lld %lld", &quota, &period) == 2 && period > 0)
       m->cpu_count = (double) quota / (double) period;
     cleanup_free char *stat = xasprintf("%s/cpu.stat", dir);
     cleanup_free char *sd = NULL;
     char *u;
-    if (sbx_read_file_at(AT_FDCWD, stat, 4096, &sd, NULL) == 0 &&
+    if (sbx__read_file_at(AT_FDCWD, stat, 4096, &sd, NULL) == 0 &&
         (u = strstr(sd, "usage_usec ")) != NULL)
       m->cpu_usage_s = (double) strtoull(u + 11, NULL, 10) / 1e6;
     return 0;
@@ -522,7 +522,7 @@ int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m)
  * min_age_s: a live sandbox always has its PID 1 in its cgroup, so an empty one is left over
  * (a crash between mkdir and join, a host reboot of the state dir...). rmdir refuses a busy
  * cgroup, so a race with a sandbox being made is harmless. */
-int sbx_cgroup_sweep(int min_age_s)
+int sbx__cgroup_sweep(int min_age_s)
 {
   int removed = 0;
   time_t now = time(NULL);
@@ -531,7 +531,7 @@ int sbx_cgroup_sweep(int min_age_s)
     if (unified_host()) {
       if (i > 0)
         break;
-      cleanup_free char *base = sbx_cgroup_v2_base(NULL);
+      cleanup_free char *base = sbx__cgroup_v2_base(NULL);
       if (base == NULL)
         break;
       parent = xasprintf("%s/sbx", base);

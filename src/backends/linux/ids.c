@@ -39,7 +39,7 @@ static bool subid_number(const char *p, const char **end, unsigned long long *v)
   return errno == 0;
 }
 
-bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count)
+bool sbx__subids_overlap(const char *text, uint32_t first, uint32_t count)
 {
   /* "name:first:count" lines; anything else is not an entry */
   const unsigned long long lo = first, hi = (unsigned long long) first + count; /* [lo, hi) */
@@ -61,23 +61,23 @@ bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count)
 static bool overlaps_subids(const char *file, uint32_t first, uint32_t count)
 {
   cleanup_free char *text = NULL;
-  if (sbx_read_file_at(AT_FDCWD, file, 1 << 20, &text, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, file, 1 << 20, &text, NULL) < 0)
     return false;
-  return sbx_subids_overlap(text, first, count);
+  return sbx__subids_overlap(text, first, count);
 }
 
-int sbx_ids_claim(uint32_t *base, sbx_error_t *err)
+int sbx__ids_claim(uint32_t *base, sbx_error_t *err)
 {
   if (mkdir(SBX_RANGE_PARENT, 0755) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", SBX_RANGE_PARENT);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", SBX_RANGE_PARENT);
   if (mkdir(SBX_RANGE_DIR, 0700) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", SBX_RANGE_DIR);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", SBX_RANGE_DIR);
   cleanup_close int dir = open(SBX_RANGE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dir < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s`", SBX_RANGE_DIR);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s`", SBX_RANGE_DIR);
   /* start at a random slot: concurrent launchers rarely probe the same ones */
   char hex[9];
-  sbx_random_hex(hex, 8);
+  sbx__random_hex(hex, 8);
   uint32_t start = (uint32_t) strtoul(hex, NULL, 16) % SBX_RANGE_SLOTS;
   for (uint32_t i = 0; i < SBX_RANGE_SLOTS; i++) {
     uint32_t first = SBX_RANGE_FIRST + ((start + i) % SBX_RANGE_SLOTS) * SBX_UID_COUNT;
@@ -88,7 +88,7 @@ int sbx_ids_claim(uint32_t *base, sbx_error_t *err)
     snprintf(name, sizeof name, "%u", first);
     int fd = openat(dir, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s/%s`", SBX_RANGE_DIR, name);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s/%s`", SBX_RANGE_DIR, name);
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       *base = first;
       return fd;
@@ -96,10 +96,10 @@ int sbx_ids_claim(uint32_t *base, sbx_error_t *err)
     int e = errno;
     close(fd);
     if (e != EWOULDBLOCK)
-      return sbx_make_error(err, e, SBX_E_INTERNAL, "lock `%s/%s`", SBX_RANGE_DIR, name);
+      return sbx__make_error(err, e, SBX_E_INTERNAL, "lock `%s/%s`", SBX_RANGE_DIR, name);
   }
-  return sbx_make_error(err, EAGAIN, SBX_E_INTERNAL, "every host id range is in use (%u)",
-                        SBX_RANGE_SLOTS);
+  return sbx__make_error(err, EAGAIN, SBX_E_INTERNAL, "every host id range is in use (%u)",
+                         SBX_RANGE_SLOTS);
 }
 
 static int idle(void *arg)
@@ -110,7 +110,7 @@ static int idle(void *arg)
   return 0;
 }
 
-int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err)
+int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err)
 {
   /* a user namespace needs a process only while its maps are written and it is opened: a
    * child sharing our memory (no copy of the page tables), killed at once and reaped later
@@ -123,7 +123,7 @@ int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t 
     int e = errno;
     free(h->stack);
     h->stack = NULL;
-    return sbx_make_error(err, e, SBX_E_INTERNAL, "create the id-mapping namespace");
+    return sbx__make_error(err, e, SBX_E_INTERNAL, "create the id-mapping namespace");
   }
   char path[64], map[64];
   int n = snprintf(map, sizeof map, "%u %u %u\n", SBX_UID_BASE, base, SBX_UID_COUNT);
@@ -143,13 +143,13 @@ int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t 
   }
   kill(h->pid, SIGKILL);
   if (fd < 0) {
-    sbx_ids_idmap_reap(h);
-    return sbx_make_error(err, saved, SBX_E_INTERNAL, "map the id-mapping namespace (%s)", what);
+    sbx__ids_idmap_reap(h);
+    return sbx__make_error(err, saved, SBX_E_INTERNAL, "map the id-mapping namespace (%s)", what);
   }
   return fd;
 }
 
-void sbx_ids_idmap_reap(struct sbx_idmap_helper *h)
+void sbx__ids_idmap_reap(struct sbx_idmap_helper *h)
 {
   if (h->pid > 0)
     TEMP_FAILURE_RETRY(waitpid(h->pid, NULL, __WALL));
@@ -158,7 +158,7 @@ void sbx_ids_idmap_reap(struct sbx_idmap_helper *h)
   h->stack = NULL;
 }
 
-int sbx_tree_idmap(int tree, int userns)
+int sbx__tree_idmap(int tree, int userns)
 {
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
   return (int) syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,

@@ -17,7 +17,7 @@
 #define SYS_mount_setattr 442
 #endif
 
-const struct sbx_kfeature sbx_kfeatures[SBX_KF_MAX] = {
+const struct sbx_kfeature sbx__kfeatures[SBX_KF_MAX] = {
     [SBX_KF_OPEN_TREE] = {"open_tree", "5.2", true,
                           "binds /mnt/user-data and the configured mounts as detached trees"},
     [SBX_KF_MOVE_MOUNT] = {"move_mount", "5.2", true, "attaches those trees in the sandbox"},
@@ -51,20 +51,20 @@ static void probe(void)
   errno = saved;
 }
 
-bool sbx_kernel_has(int feature)
+bool sbx__kernel_has(int feature)
 {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, probe);
   return feature >= 0 && feature < SBX_KF_MAX && have[feature];
 }
 
-char *sbx_kernel_release(void)
+char *sbx__kernel_release(void)
 {
   struct utsname u;
   return xstrdup(uname(&u) == 0 ? u.release : "unknown");
 }
 
-bool sbx_kernel_at_least(int major, int minor)
+bool sbx__kernel_at_least(int major, int minor)
 {
   struct utsname u;
   int ma = 0, mi = 0;
@@ -73,26 +73,27 @@ bool sbx_kernel_at_least(int major, int minor)
   return ma > major || (ma == major && mi >= minor);
 }
 
-int sbx_kernel_check(sbx_error_t *err)
+int sbx__kernel_check(sbx_error_t *err)
 {
   for (int i = 0; i < SBX_KF_MAX; i++) {
-    if (!sbx_kfeatures[i].required || sbx_kernel_has(i))
+    if (!sbx__kfeatures[i].required || sbx__kernel_has(i))
       continue;
-    cleanup_free char *rel = sbx_kernel_release();
-    return sbx_make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
-                          "this kernel (%s) lacks %s (Linux %s), which sbx needs (it %s); sbx "
-                          "needs Linux " SBX_KERNEL_FLOOR " or newer: run `sbx doctor`",
-                          rel, sbx_kfeatures[i].name, sbx_kfeatures[i].since, sbx_kfeatures[i].why);
+    cleanup_free char *rel = sbx__kernel_release();
+    return sbx__make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
+                           "this kernel (%s) lacks %s (Linux %s), which sbx needs (it %s); sbx "
+                           "needs Linux " SBX_KERNEL_FLOOR " or newer: run `sbx doctor`",
+                           rel, sbx__kfeatures[i].name, sbx__kfeatures[i].since,
+                           sbx__kfeatures[i].why);
   }
   return 0;
 }
 
-int sbx_kernel_require(int feature, const char *what, sbx_error_t *err)
+int sbx__kernel_require(int feature, const char *what, sbx_error_t *err)
 {
-  if (sbx_kernel_has(feature))
+  if (sbx__kernel_has(feature))
     return 0;
-  cleanup_free char *rel = sbx_kernel_release();
-  return sbx_make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
-                        "%s needs %s (Linux %s), which this kernel (%s) lacks: run `sbx doctor`",
-                        what, sbx_kfeatures[feature].name, sbx_kfeatures[feature].since, rel);
+  cleanup_free char *rel = sbx__kernel_release();
+  return sbx__make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
+                         "%s needs %s (Linux %s), which this kernel (%s) lacks: run `sbx doctor`",
+                         what, sbx__kfeatures[feature].name, sbx__kfeatures[feature].since, rel);
 }

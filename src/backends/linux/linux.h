@@ -27,20 +27,20 @@
 #define SBX_RANGE_SLOTS 12288u
 /* Whether an /etc/subuid-style text ("name:first:count" lines) has an entry overlapping
  * [first, first + count). */
-bool sbx_subids_overlap(const char *text, uint32_t first, uint32_t count);
+bool sbx__subids_overlap(const char *text, uint32_t first, uint32_t count);
 /* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
  * life), its first id in *base. */
-int sbx_ids_claim(uint32_t *base, sbx_error_t *err);
+int sbx__ids_claim(uint32_t *base, sbx_error_t *err);
 /* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). The
- * helper process that made it is dying; sbx_ids_idmap_reap collects it (once, later). */
+ * helper process that made it is dying; sbx__ids_idmap_reap collects it (once, later). */
 struct sbx_idmap_helper {
   pid_t pid;
   void *stack;
 };
-int sbx_ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
-void sbx_ids_idmap_reap(struct sbx_idmap_helper *h);
+int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
+void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
 /* Idmaps a detached mount (recursively) with that namespace. */
-int sbx_tree_idmap(int tree, int userns);
+int sbx__tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
  * so no two running sandboxes share one. The kernel charges per-user counters (inotify
  * instances and watches, mqueue bytes, pending signals) to the namespace's owner: each sandbox
@@ -98,22 +98,22 @@ static inline int sbx_tree_nosuid_nodev(int tree)
 
 /* ---- quota.c: size-capped folders as sparse ext4 images, loop-mounted (see there) ---- */
 /* library side: the thread folder, loop-mounted on the host at the folder itself (once) */
-int sbx_user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err);
+int sbx__user_data_image(const char *dir, uint64_t bytes, sbx_error_t *err);
 /* img made (sparse, bytes) if missing, grown if smaller */
-int sbx_disk_image(const char *img, uint64_t bytes, sbx_error_t *err);
+int sbx__disk_image(const char *img, uint64_t bytes, sbx_error_t *err);
 /* img attached to a loop device (autoclear) and mounted nosuid,nodev at the directory at */
-int sbx_disk_mount(const char *img, const char *at, sbx_error_t *err);
+int sbx__disk_mount(const char *img, const char *at, sbx_error_t *err);
 /* in an image sandbox's state folder: the upper's image (sandbox.disk_mib), its mount point */
 #define SBX_DISK_IMAGE_FILE "disk.img"
 #define SBX_DISK_DIR "disk"
 
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;
-int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
+int sbx__linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
 
-void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
-int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);
-void sbx_launch_spec_free(struct sbx_launch_spec *s);
+void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out);
+int sbx__launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s);
+void sbx__launch_spec_free(struct sbx_launch_spec *s);
 
 /* ---- cgroup.c (the facade, v1 and hybrid), cgroup-v2.c (cgroupfs on a unified hierarchy) ---- */
 enum { SBX_CG_MEMORY, SBX_CG_PIDS, SBX_CG_CPU, SBX_CG_FREEZER, SBX_CG_MAX };
@@ -144,50 +144,50 @@ static inline uint64_t sbx_cgroup_tcp_bytes(uint64_t memory_bytes)
 /* Creates the sandbox's cgroup below the caller's own cgroup (".../sbx/<id>-<random>") and
  * writes s's limits. A host that cannot give one fails with SBX_E_UNSUPPORTED and a message
  * that says why and what to do, unless s->cgroup_required is false: then cg->none says why. */
-int sbx_cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
-                      sbx_error_t *err);
+int sbx__cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cgroup *cg,
+                       sbx_error_t *err);
 /* The manager auto stands for on this host, for this caller (SBX_CGM_CGROUPFS or _SYSTEMD). */
-int sbx_cgroup_auto_manager(void);
+int sbx__cgroup_auto_manager(void);
 /* Is dir delegated to us by systemd (its trusted.delegate or user.delegate xattr)? */
-bool sbx_cgroup_delegated(const char *dir);
-int sbx_cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
+bool sbx__cgroup_delegated(const char *dir);
+int sbx__cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err);
 /* Moves the calling (single-threaded) process into cg, cheaply on v1 (see cgroup.c). */
-int sbx_cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
+int sbx__cgroup_join_self(const struct sbx_cgroup *cg, sbx_error_t *err);
 /* Removes the directories, waiting up to timeout_ms for the last tasks to leave. */
-int sbx_cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err);
+int sbx__cgroup_destroy(const struct sbx_cgroup *cg, int timeout_ms, sbx_error_t *err);
 /* Current memory charge in bytes, or -1. */
-int64_t sbx_cgroup_memory(const struct sbx_cgroup *cg);
+int64_t sbx__cgroup_memory(const struct sbx_cgroup *cg);
 struct sbx_metrics;
 /* CPU count (quota or online CPUs), CPU time used, memory limit and use. */
-int sbx_cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m);
-int sbx_cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err);
-bool sbx_cgroup_is_frozen(const struct sbx_cgroup *cg);
-int sbx_cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
-                          sbx_error_t *err);
-int sbx_cgroup_sweep(int min_age_s);
+int sbx__cgroup_metrics(const struct sbx_cgroup *cg, struct sbx_metrics *m);
+int sbx__cgroup_freeze(const struct sbx_cgroup *cg, bool frozen, sbx_error_t *err);
+bool sbx__cgroup_is_frozen(const struct sbx_cgroup *cg);
+int sbx__cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
+                           sbx_error_t *err);
+int sbx__cgroup_sweep(int min_age_s);
 /* v2 (cgroup-v2.c): our cgroup as /proc/self/cgroup's "0::" line says, or NULL */
-char *sbx_cgroup_v2_own(void);
+char *sbx__cgroup_v2_own(void);
 /* the directory sandboxes go below: the mount plus our cgroup, without our leaf */
-char *sbx_cgroup_v2_base(sbx_error_t *err);
+char *sbx__cgroup_v2_base(sbx_error_t *err);
 /* Makes <base>/sbx with memory, pids and cpu enabled for its children (those the base has),
  * moving the base's processes to SBX_CG_LEAF first if the base must delegate. */
-int sbx_cgroup_v2_prepare(char **parent_out, sbx_error_t *err);
+int sbx__cgroup_v2_prepare(char **parent_out, sbx_error_t *err);
 /* Which of memory, pids, cpu dir cannot give its children ("" = none missing). */
-char *sbx_cgroup_v2_missing(const char *dir);
+char *sbx__cgroup_v2_missing(const char *dir);
 /* cgroup-systemd.c: has systemd start the transient scope sbx-<name>.scope in s's slice with
  * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
-int sbx_cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
-                             char **path_out, sbx_error_t *err);
+int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
+                              char **path_out, sbx_error_t *err);
 /* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
  * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
  * it is an error), 1 if it is some other message, -1 if malformed. */
 #define SBX_DBUS_MAX (1u << 20)
-size_t sbx_dbus_message_size(const void *p, size_t len);
-int sbx_dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error);
+size_t sbx__dbus_message_size(const void *p, size_t len);
+int sbx__dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **error);
 /* Serialised as "name=path" lines for the state dir (or one "none=reason" line). */
-char *sbx_cgroup_format(const struct sbx_cgroup *cg);
-int sbx_cgroup_parse(const char *s, struct sbx_cgroup *cg);
-void sbx_cgroup_free(struct sbx_cgroup *cg);
+char *sbx__cgroup_format(const struct sbx_cgroup *cg);
+int sbx__cgroup_parse(const char *s, struct sbx_cgroup *cg);
+void sbx__cgroup_free(struct sbx_cgroup *cg);
 
 /* Pseudo-terminals a sandbox may hold open at once (its devpts's max=). */
 #define SBX_PTY_MAX 128
@@ -210,30 +210,30 @@ struct sbx_kfeature {
   bool required;     /* no sandbox without it; else some features are refused */
   const char *why;
 };
-extern const struct sbx_kfeature sbx_kfeatures[SBX_KF_MAX];
-bool sbx_kernel_has(int feature);
-char *sbx_kernel_release(void);
-bool sbx_kernel_at_least(int major, int minor);
+extern const struct sbx_kfeature sbx__kfeatures[SBX_KF_MAX];
+bool sbx__kernel_has(int feature);
+char *sbx__kernel_release(void);
+bool sbx__kernel_at_least(int major, int minor);
 /* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
-int sbx_kernel_check(sbx_error_t *err);
+int sbx__kernel_check(sbx_error_t *err);
 /* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */
-int sbx_kernel_require(int feature, const char *what, sbx_error_t *err);
+int sbx__kernel_require(int feature, const char *what, sbx_error_t *err);
 
 /* ---- rootfs.c (runs in the child, as host root in its new mount namespace) ---- */
-/* Builds the new root under <state_dir>/root; the host stays visible until sbx_rootfs_enter. */
+/* Builds the new root under <state_dir>/root; the host stays visible until sbx__rootfs_enter. */
 /* Falls back to s->uid_base = SBX_UID_BASE (no idmapping) when the thread folder or a writable
  * mount is on a file system that cannot be idmapped. */
-int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err);
+int sbx__rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err);
 /* pivot_root into it, detach the host's tree, make / read-only. */
-int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err);
-int sbx_net_setup_loopback(sbx_error_t *err);
+int sbx__rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err);
+int sbx__net_setup_loopback(sbx_error_t *err);
 
 /* ---- confine.c ---- */
 /* Drops capabilities to Docker's default set, sets no_new_privs, makes the process
  * non-dumpable and installs the default seccomp filter. */
-int sbx_confine(sbx_error_t *err);
+int sbx__confine(sbx_error_t *err);
 /* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
- * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx_nofile_max() (commands get
+ * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx__nofile_max() (commands get
  * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's
  * defaults for the per-user kernel resources, and no limit where a cgroup is the bound.
  * Needs host privilege (raising a hard limit): called before the user namespace is entered. */
@@ -243,15 +243,15 @@ int sbx_confine(sbx_error_t *err);
  * (fs.file-max, shared by every process on the host), never fewer than SBX_NOFILE_MIN. */
 #define SBX_NOFILE_SHARE 64
 #define SBX_NOFILE_MIN 4096
-rlim_t sbx_nofile_max(void);
+rlim_t sbx__nofile_max(void);
 #define SBX_SIGPENDING 16384
-int sbx_confine_rlimits(sbx_error_t *err);
+int sbx__confine_rlimits(sbx_error_t *err);
 
 /* ---- launch.c ---- */
 /* The file in a sandbox's state folder where the launcher records its init (pid, start time)
  * and cgroups before reporting them: found by a destroy whose metadata never got them. */
 #define SBX_LAUNCH_RECORD "launched"
 /* `sbx-init launch`: reads a spec from fd, makes the sandbox, answers OK{PID} or ERR. */
-int sbx_launch_main(int fd);
+int sbx__launch_main(int fd);
 
 #endif

@@ -25,64 +25,64 @@ enum {
   L_CG_SLICE,
 };
 
-void sbx_launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
+void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
 {
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_str(&w, L_ID, s->id);
-  sbx_tlv_put_str(&w, L_STATE_DIR, s->state_dir);
-  sbx_tlv_put_str(&w, L_USER_DATA, s->user_data);
-  sbx_tlv_put_str(&w, L_IMAGE, s->image);
-  sbx_tlv_put_u64(&w, L_MEMORY, s->memory_bytes);
-  sbx_tlv_put_u64(&w, L_CPU, s->cpu_millis);
-  sbx_tlv_put_i64(&w, L_PIDS, s->pids);
-  sbx_tlv_put_u64(&w, L_NET_HOST, s->net_host);
-  sbx_tlv_put_u64(&w, L_TMP, s->tmp_bytes);
-  sbx_tlv_put_u64(&w, L_HOME, s->home_bytes);
-  sbx_tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
+  sbx__tlv_put_str(&w, L_ID, s->id);
+  sbx__tlv_put_str(&w, L_STATE_DIR, s->state_dir);
+  sbx__tlv_put_str(&w, L_USER_DATA, s->user_data);
+  sbx__tlv_put_str(&w, L_IMAGE, s->image);
+  sbx__tlv_put_u64(&w, L_MEMORY, s->memory_bytes);
+  sbx__tlv_put_u64(&w, L_CPU, s->cpu_millis);
+  sbx__tlv_put_i64(&w, L_PIDS, s->pids);
+  sbx__tlv_put_u64(&w, L_NET_HOST, s->net_host);
+  sbx__tlv_put_u64(&w, L_TMP, s->tmp_bytes);
+  sbx__tlv_put_u64(&w, L_HOME, s->home_bytes);
+  sbx__tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
   if (s->layers)
-    sbx_tlv_put_str(&w, L_LAYERS, s->layers);
-  sbx_tlv_put_u64(&w, L_CG_MANAGER, (uint64_t) s->cgroup_manager);
-  sbx_tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
+    sbx__tlv_put_str(&w, L_LAYERS, s->layers);
+  sbx__tlv_put_u64(&w, L_CG_MANAGER, (uint64_t) s->cgroup_manager);
+  sbx__tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
   if (s->cgroup_slice)
-    sbx_tlv_put_str(&w, L_CG_SLICE, s->cgroup_slice);
+    sbx__tlv_put_str(&w, L_CG_SLICE, s->cgroup_slice);
   for (size_t i = 0; i < s->n_mounts; i++) {
-    sbx_tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
-    sbx_tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
-    sbx_tlv_put_u64(&w, L_MOUNT_RO, s->mounts[i].read_only);
+    sbx__tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
+    sbx__tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
+    sbx__tlv_put_u64(&w, L_MOUNT_RO, s->mounts[i].read_only);
   }
   *out = w.buf;
 }
 
-int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
+int sbx__launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
 {
   memset(s, 0, sizeof *s);
   uint64_t v;
-  if (sbx_tlv_get_str(p, len, L_ID, &s->id) <= 0 ||
-      sbx_tlv_get_str(p, len, L_STATE_DIR, &s->state_dir) <= 0 ||
-      sbx_tlv_get_str(p, len, L_USER_DATA, &s->user_data) <= 0 ||
-      sbx_tlv_get_str(p, len, L_IMAGE, &s->image) <= 0 ||
-      sbx_tlv_get_u64(p, len, L_MEMORY, 0, &s->memory_bytes) < 0 ||
-      sbx_tlv_get_u64(p, len, L_CPU, 0, &s->cpu_millis) < 0 ||
-      sbx_tlv_get_i64(p, len, L_PIDS, 0, &s->pids) < 0 ||
-      sbx_tlv_get_u64(p, len, L_NET_HOST, 0, &v) < 0 ||
-      sbx_tlv_get_u64(p, len, L_TMP, 64u << 20, &s->tmp_bytes) < 0 ||
-      sbx_tlv_get_u64(p, len, L_HOME, 64u << 20, &s->home_bytes) < 0 ||
-      sbx_tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0 ||
-      sbx_tlv_get_str(p, len, L_LAYERS, &s->layers) < 0)
+  if (sbx__tlv_get_str(p, len, L_ID, &s->id) <= 0 ||
+      sbx__tlv_get_str(p, len, L_STATE_DIR, &s->state_dir) <= 0 ||
+      sbx__tlv_get_str(p, len, L_USER_DATA, &s->user_data) <= 0 ||
+      sbx__tlv_get_str(p, len, L_IMAGE, &s->image) <= 0 ||
+      sbx__tlv_get_u64(p, len, L_MEMORY, 0, &s->memory_bytes) < 0 ||
+      sbx__tlv_get_u64(p, len, L_CPU, 0, &s->cpu_millis) < 0 ||
+      sbx__tlv_get_i64(p, len, L_PIDS, 0, &s->pids) < 0 ||
+      sbx__tlv_get_u64(p, len, L_NET_HOST, 0, &v) < 0 ||
+      sbx__tlv_get_u64(p, len, L_TMP, 64u << 20, &s->tmp_bytes) < 0 ||
+      sbx__tlv_get_u64(p, len, L_HOME, 64u << 20, &s->home_bytes) < 0 ||
+      sbx__tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0 ||
+      sbx__tlv_get_str(p, len, L_LAYERS, &s->layers) < 0)
     goto bad;
   s->net_host = v != 0;
   uint64_t mgr, req;
-  if (sbx_tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
-      sbx_tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||
-      sbx_tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0)
+  if (sbx__tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
+      sbx__tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||
+      sbx__tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0)
     goto bad;
   s->cgroup_manager = (int) mgr;
   s->cgroup_required = req != 0;
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   int ret;
-  sbx_tlv_reader_init(&r, p, len);
-  while ((ret = sbx_tlv_next(&r, &f)) > 0) {
+  sbx__tlv_reader_init(&r, p, len);
+  while ((ret = sbx__tlv_next(&r, &f)) > 0) {
     if (f.tag == L_MOUNT_HOST) {
       s->mounts = xreallocarray(s->mounts, s->n_mounts + 1, sizeof *s->mounts);
       memset(&s->mounts[s->n_mounts], 0, sizeof *s->mounts);
@@ -101,11 +101,11 @@ int sbx_launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s)
       goto bad;
   return 0;
 bad:
-  sbx_launch_spec_free(s);
+  sbx__launch_spec_free(s);
   return -1;
 }
 
-void sbx_launch_spec_free(struct sbx_launch_spec *s)
+void sbx__launch_spec_free(struct sbx_launch_spec *s)
 {
   free(s->id);
   free(s->state_dir);

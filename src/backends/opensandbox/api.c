@@ -26,15 +26,15 @@ static char *lifecycle_base(const struct sbx_config *cfg)
 static void api_headers(const struct sbx_config *cfg, sbx_strv_t *h)
 {
   if (cfg->api_key && *cfg->api_key)
-    sbx_strv_push_owned(h, xasprintf("OPEN-SANDBOX-API-KEY: %s", cfg->api_key));
-  sbx_strv_push(h, "Accept: application/json");
+    sbx__strv_push_owned(h, xasprintf("OPEN-SANDBOX-API-KEY: %s", cfg->api_key));
+  sbx__strv_push(h, "Accept: application/json");
 }
 
 void osb_remote_free(struct osb_remote *r)
 {
   free(r->id);
   free(r->execd);
-  sbx_strv_free(&r->hdrs);
+  sbx__strv_free(&r->hdrs);
   memset(r, 0, sizeof *r);
 }
 
@@ -43,11 +43,11 @@ int osb_remote_load(struct sbx_instance *in, struct osb_remote *r, sbx_error_t *
   memset(r, 0, sizeof *r);
   r->cfg = in->cfg;
   if (in->meta.remote_id == NULL || in->meta.backend_json == NULL)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s has no remote", in->meta.id);
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s has no remote", in->meta.id);
   json_auto_t *o = json_loads(in->meta.backend_json, 0, NULL);
   const char *execd = json_string_value(json_object_get(o, "execd"));
   if (execd == NULL)
-    return sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s: no execd endpoint", in->meta.id);
+    return sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s: no execd endpoint", in->meta.id);
   r->id = xstrdup(in->meta.remote_id);
   r->execd = xstrdup(execd);
   const char *k;
@@ -55,7 +55,7 @@ int osb_remote_load(struct sbx_instance *in, struct osb_remote *r, sbx_error_t *
   json_object_foreach(json_object_get(o, "headers"), k, v)
   {
     if (json_is_string(v))
-      sbx_strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
+      sbx__strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
   }
   api_headers(r->cfg, &r->hdrs);
   return 0;
@@ -106,12 +106,12 @@ static int status_error(const char *what, const struct osb_http_resp *resp, bool
     kind = SBX_E_TOO_LARGE;
   cleanup_free char *body = NULL;
   if (msg == NULL && resp->body.len)
-    body = sbx_utf8_sanitize(resp->body.data, resp->body.len > 300 ? 300 : resp->body.len, NULL);
-  int r = sbx_make_error(err, 0, kind, "%s: HTTP %ld%s%s%s%s", what, s, code ? " " : "",
-                         code ? code : "", msg || body ? ": " : "",
-                         msg    ? msg
-                         : body ? body
-                                : "");
+    body = sbx__utf8_sanitize(resp->body.data, resp->body.len > 300 ? 300 : resp->body.len, NULL);
+  int r = sbx__make_error(err, 0, kind, "%s: HTTP %ld%s%s%s%s", what, s, code ? " " : "",
+                          code ? code : "", msg || body ? ": " : "",
+                          msg    ? msg
+                          : body ? body
+                                 : "");
   json_decref(o);
   return r;
 }
@@ -138,7 +138,7 @@ static int api_json(const struct sbx_config *cfg, const char *method, const char
                              .timeout_s = request_timeout(cfg),
                              .max_body = 8u << 20};
   int r = osb_http(&req, resp, err);
-  sbx_strv_free(&h);
+  sbx__strv_free(&h);
   return r;
 }
 
@@ -168,7 +168,7 @@ int osb_create(const struct sbx_config *cfg, const char *user, const char *threa
   int r = api_json(cfg, "POST", "/sandboxes", body, &resp, err);
   json_decref(body);
   if (r < 0)
-    return sbx_error_wrap(err, "create a remote sandbox");
+    return sbx__error_wrap(err, "create a remote sandbox");
   if (resp.status / 100 != 2) {
     status_error("create a remote sandbox", &resp, false, err);
     osb_http_resp_free(&resp);
@@ -181,7 +181,7 @@ int osb_create(const struct sbx_config *cfg, const char *user, const char *threa
   json_decref(o);
   osb_http_resp_free(&resp);
   if (sid == NULL)
-    return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "create a remote sandbox: no id in reply");
+    return sbx__make_error(err, EPROTO, SBX_E_BACKEND, "create a remote sandbox: no id in reply");
   return 0;
 }
 
@@ -202,7 +202,7 @@ int osb_endpoint(struct osb_remote *r, int port, sbx_error_t *err)
   osb_http_resp_free(&resp);
   const char *ep = json_string_value(json_object_get(o, "endpoint"));
   if (ep == NULL)
-    return sbx_make_error(err, EPROTO, SBX_E_BACKEND, "execd endpoint reply without endpoint");
+    return sbx__make_error(err, EPROTO, SBX_E_BACKEND, "execd endpoint reply without endpoint");
   free(r->execd);
   size_t n = strlen(ep);
   while (n && ep[n - 1] == '/')
@@ -211,13 +211,13 @@ int osb_endpoint(struct osb_remote *r, int port, sbx_error_t *err)
       strstr(ep, "://")
           ? xstrndup(ep, n)
           : xasprintf("%s://%.*s", r->cfg->protocol ? r->cfg->protocol : "http", (int) n, ep);
-  sbx_strv_free(&r->hdrs);
+  sbx__strv_free(&r->hdrs);
   const char *k;
   json_t *v;
   json_object_foreach(json_object_get(o, "headers"), k, v)
   {
     if (json_is_string(v))
-      sbx_strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
+      sbx__strv_push_owned(&r->hdrs, xasprintf("%s: %s", k, json_string_value(v)));
   }
   api_headers(r->cfg, &r->hdrs);
   return 0;
@@ -305,8 +305,8 @@ int osb_ping(const struct osb_remote *r, double timeout_s, sbx_error_t *err)
 void osb_cmd_result_free(struct osb_cmd_result *res)
 {
   free(res->id);
-  sbx_buf_free(&res->out);
-  sbx_buf_free(&res->err);
+  sbx__buf_free(&res->out);
+  sbx__buf_free(&res->err);
   free(res->error_text);
   memset(res, 0, sizeof *res);
 }
@@ -336,7 +336,7 @@ static void add_line(struct cmd_state *st, int stream, const char *text)
     *total += l;
     uint64_t room = b->len < st->c->cap ? st->c->cap - b->len : 0;
     size_t take = l < room ? l : (size_t) room;
-    sbx_buf_append(b, p, take);
+    sbx__buf_append(b, p, take);
     if (st->c->on_output && !st->stop_output && l &&
         st->c->on_output(st->c->arg, stream, p, l) != 0)
       st->stop_output = true;
@@ -397,7 +397,7 @@ static int feed(void *arg, const char *data, size_t len)
 {
   struct cmd_state *st = arg;
   if (st->head.len < 1024)
-    sbx_buf_append(&st->head, data, len < 1024 - st->head.len ? len : 1024 - st->head.len);
+    sbx__buf_append(&st->head, data, len < 1024 - st->head.len ? len : 1024 - st->head.len);
   osb_sse_feed(&st->sse, data, len);
   return 0;
 }
@@ -423,11 +423,11 @@ int osb_command(const struct osb_remote *r, const struct osb_cmd *c, struct osb_
   cleanup_free char *data = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   if (data == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "command or environment is not valid UTF-8");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "command or environment is not valid UTF-8");
   sbx_strv_t h = {0};
   for (size_t i = 0; i < r->hdrs.n; i++)
-    sbx_strv_push(&h, r->hdrs.v[i]);
-  sbx_strv_push(&h, "Accept: text/event-stream");
+    sbx__strv_push(&h, r->hdrs.v[i]);
+  sbx__strv_push(&h, "Accept: text/event-stream");
   cleanup_free char *url = xasprintf("%s/command", r->execd);
   struct cmd_state st = {.c = c, .res = res, .sse = {.on_event = on_event}};
   st.sse.arg = &st;
@@ -444,14 +444,14 @@ int osb_command(const struct osb_remote *r, const struct osb_cmd *c, struct osb_
                              .arg = &st};
   struct osb_http_resp resp;
   int rc = osb_http(&req, &resp, err);
-  sbx_strv_free(&h);
+  sbx__strv_free(&h);
   osb_sse_finish(&st.sse);
   osb_sse_free(&st.sse);
   if (rc < 0) {
-    sbx_buf_free(&st.head);
+    sbx__buf_free(&st.head);
     osb_http_resp_free(&resp);
     osb_cmd_result_free(res);
-    return sbx_error_wrap(err, "command stream");
+    return sbx__error_wrap(err, "command stream");
   }
   if (resp.status != 200) {
     resp.body = st.head; /* the error reply went to the event reader too */
@@ -461,7 +461,7 @@ int osb_command(const struct osb_remote *r, const struct osb_cmd *c, struct osb_
     osb_cmd_result_free(res);
     return rc;
   }
-  sbx_buf_free(&st.head);
+  sbx__buf_free(&st.head);
   osb_http_resp_free(&resp);
   if (!res->has_code && st.complete)
     res->has_code = true, res->exit_code = 0;
@@ -522,7 +522,7 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
                unsigned mode, sbx_error_t *err)
 {
   char boundary[40] = "sbx";
-  sbx_random_hex(boundary + 3, 24);
+  sbx__random_hex(boundary + 3, 24);
   json_t *m = json_pack("{s:s}", "path", path);
   if (mode)
     json_object_set_new(
@@ -531,7 +531,7 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
   cleanup_free char *meta = json_dumps(m, JSON_COMPACT);
   json_decref(m);
   if (meta == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "path is not valid UTF-8: %s", path);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "path is not valid UTF-8: %s", path);
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   cleanup_free char *ctype = xasprintf("multipart/form-data; boundary=%s", boundary);
@@ -569,12 +569,12 @@ int osb_upload(const struct osb_remote *r, const char *path, const void *data, s
   }
   struct osb_http_resp resp;
   int rc = osb_http(&req, &resp, err);
-  sbx_buf_free(&body);
-  sbx_buf_free(&prefix);
+  sbx__buf_free(&body);
+  sbx__buf_free(&prefix);
   if (rc < 0) {
     if (src.read_errno) {
       sbx_error_release(err);
-      return sbx_make_error(err, src.read_errno, SBX_E_IO, "read the input for %s", path);
+      return sbx__make_error(err, src.read_errno, SBX_E_IO, "read the input for %s", path);
     }
     return -1;
   }
@@ -624,7 +624,7 @@ int osb_download(const struct osb_remote *r, const char *path, uint64_t max,
     return -1;
   if (ir.status / 100 != 2) {
     int rc = ir.status == 404
-                 ? sbx_make_error(err, ENOENT, SBX_E_NOT_FOUND, "File not found: %s", path)
+                 ? sbx__make_error(err, ENOENT, SBX_E_NOT_FOUND, "File not found: %s", path)
                  : status_error(path, &ir, false, err);
     osb_http_resp_free(&ir);
     return rc;
@@ -640,13 +640,13 @@ int osb_download(const struct osb_remote *r, const char *path, uint64_t max,
   bool not_file = type && strcmp(type, "file") != 0;
   json_decref(o);
   if (is_dir)
-    return sbx_make_error(err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
+    return sbx__make_error(err, EISDIR, SBX_E_IS_DIR, "Path is a directory, not a file: %s", path);
   if (not_file)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "not a regular file: %s", path);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "not a regular file: %s", path);
   if (max && size > 0 && (uint64_t) size > max)
-    return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE,
-                          "File exceeds maximum download size of %llu bytes: %s",
-                          (unsigned long long) max, path);
+    return sbx__make_error(err, EFBIG, SBX_E_TOO_LARGE,
+                           "File exceeds maximum download size of %llu bytes: %s",
+                           (unsigned long long) max, path);
   cleanup_free char *url = xasprintf("%s/files/download?path=%s", r->execd, epath);
   struct dl d = {.sink = sink, .arg = arg, .max = max, .progress = progress};
   struct osb_http_req req = {.method = "GET",
@@ -661,16 +661,16 @@ int osb_download(const struct osb_remote *r, const char *path, uint64_t max,
   osb_http_resp_free(&resp);
   if (d.too_large) {
     sbx_error_release(err);
-    return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE,
-                          "File exceeds maximum download size of %llu bytes: %s",
-                          (unsigned long long) max, path);
+    return sbx__make_error(err, EFBIG, SBX_E_TOO_LARGE,
+                           "File exceeds maximum download size of %llu bytes: %s",
+                           (unsigned long long) max, path);
   }
   if (rc < 0)
     return -1;
   if (resp.status == 404)
-    return sbx_make_error(err, ENOENT, SBX_E_NOT_FOUND, "File not found: %s", path);
+    return sbx__make_error(err, ENOENT, SBX_E_NOT_FOUND, "File not found: %s", path);
   if (resp.status / 100 != 2)
-    return sbx_make_error(err, 0, SBX_E_IO, "download %s: HTTP %ld", path, resp.status);
+    return sbx__make_error(err, 0, SBX_E_IO, "download %s: HTTP %ld", path, resp.status);
   return 0;
 }
 
@@ -693,9 +693,9 @@ int osb_list(const struct osb_remote *r, const char *path, int depth, size_t max
   }
   int rc = 0;
   if (resp.status == 404)
-    rc = sbx_make_error(err, ENOENT, SBX_E_NOT_FOUND, "Directory not found: %s", path);
+    rc = sbx__make_error(err, ENOENT, SBX_E_NOT_FOUND, "Directory not found: %s", path);
   else if (resp.status == 400)
-    rc = sbx_make_error(err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
+    rc = sbx__make_error(err, ENOTDIR, SBX_E_NOT_DIR, "Not a directory: %s", path);
   else if (resp.status / 100 != 2)
     rc = status_error(path, &resp, false, err);
   else {
@@ -704,7 +704,7 @@ int osb_list(const struct osb_remote *r, const char *path, int depth, size_t max
     if (!json_is_array(*infos)) {
       json_decref(*infos);
       *infos = NULL;
-      rc = sbx_make_error(err, EPROTO, SBX_E_IO, "list %s: malformed reply", path);
+      rc = sbx__make_error(err, EPROTO, SBX_E_IO, "list %s: malformed reply", path);
     }
   }
   osb_http_resp_free(&resp);

@@ -62,13 +62,13 @@ static int osb_backend_create(struct sbx_instance *in, const char *user_data, sb
   int rc = osb_endpoint(&r, 44772, err);
   if (rc == 0) {
     double ready = in->cfg->ready_timeout > 0 ? in->cfg->ready_timeout : 30;
-    uint64_t deadline = sbx_now_ms() + (uint64_t) (ready * 1000);
+    uint64_t deadline = sbx__now_ms() + (uint64_t) (ready * 1000);
     sbx_error_t perr = NULL;
     while (osb_ping(&r, 5, &perr) < 0) {
-      if (sbx_now_ms() >= deadline) {
-        rc = sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT,
-                            "remote sandbox %s was not ready within %gs (%s)", r.id, ready,
-                            perr->msg);
+      if (sbx__now_ms() >= deadline) {
+        rc = sbx__make_error(err, ETIMEDOUT, SBX_E_TIMEOUT,
+                             "remote sandbox %s was not ready within %gs (%s)", r.id, ready,
+                             perr->msg);
         break;
       }
       sbx_error_release(&perr);
@@ -85,7 +85,7 @@ static int osb_backend_create(struct sbx_instance *in, const char *user_data, sb
                                : res.err.len  ? xstrdup(res.err.data)
                                : res.has_code ? xasprintf("exit code %d", res.exit_code)
                                               : xstrdup("no exit code");
-      rc = sbx_make_error(err, 0, SBX_E_BACKEND, "OpenSandbox bootstrap failed: %s", why);
+      rc = sbx__make_error(err, 0, SBX_E_BACKEND, "OpenSandbox bootstrap failed: %s", why);
     }
     osb_cmd_result_free(&res);
   }
@@ -123,7 +123,7 @@ static int osb_backend_health(struct sbx_instance *in, int timeout_s, sbx_error_
   int rc = osb_command(&r, &c, &res, err);
   if (rc == 0) {
     if (!(res.has_code && res.exit_code == 0))
-      rc = sbx_make_error(err, 0, SBX_E_BACKEND, "health check failed");
+      rc = sbx__make_error(err, 0, SBX_E_BACKEND, "health check failed");
     osb_cmd_result_free(&res);
   }
   end(&r, lock);
@@ -145,20 +145,20 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
   if (o && o->argv) {
     sbx_buf_t b = {0};
     for (const char *const *a = o->argv; *a; a++) {
-      cleanup_free char *q = sbx_shell_quote(*a);
-      sbx_buf_printf(&b, "%s%s", b.len ? " " : "", q);
+      cleanup_free char *q = sbx__shell_quote(*a);
+      sbx__buf_printf(&b, "%s%s", b.len ? " " : "", q);
     }
-    quoted = sbx_buf_steal(&b);
+    quoted = sbx__buf_steal(&b);
   } else {
-    cleanup_free char *q = sbx_shell_quote(command);
+    cleanup_free char *q = sbx__shell_quote(command);
     quoted = xasprintf("sh -lc %s", q);
   }
   sbx_strv_t env = {0};
   for (size_t i = 0; i < in->cfg->n_environment; i++)
-    sbx_strv_push_owned(
+    sbx__strv_push_owned(
         &env, xasprintf("%s=%s", in->cfg->environment[i].key, in->cfg->environment[i].value));
   for (size_t i = 0; o && i < o->n_env; i++)
-    sbx_strv_push(&env, o->env[i]);
+    sbx__strv_push(&env, o->env[i]);
   struct osb_cmd c = {.command = quoted,
                       .cwd = o && o->cwd ? o->cwd : "/mnt/user-data/workspace",
                       .env = (const char *const *) env.v,
@@ -170,7 +170,7 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
                       .cap = o && o->out_cap ? o->out_cap : in->cfg->output_max_bytes};
   struct osb_cmd_result cr;
   int rc = osb_command(&r, &c, &cr, err);
-  sbx_strv_free(&env);
+  sbx__strv_free(&env);
   end(&r, lock);
   if (rc < 0)
     return -1;
@@ -183,11 +183,11 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
     return 0;
   }
   if (!cr.has_code && !cr.timed_out) {
-    rc = sbx_make_error(err, 0, SBX_E_IO,
-                        "Error: OpenSandbox command completed without an exit code: %s",
-                        cr.error_text ? cr.error_text
-                        : cr.out.len  ? cr.out.data
-                                      : "no completion or error event");
+    rc = sbx__make_error(err, 0, SBX_E_IO,
+                         "Error: OpenSandbox command completed without an exit code: %s",
+                         cr.error_text ? cr.error_text
+                         : cr.out.len  ? cr.out.data
+                                       : "no completion or error event");
     osb_cmd_result_free(&cr);
     return rc;
   }
@@ -198,8 +198,8 @@ static int osb_backend_exec(struct sbx_instance *in, const char *command,
   res->err_len = cr.err.len;
   res->out_total = cr.out_total;
   res->err_total = cr.err_total;
-  res->out = sbx_buf_steal(&cr.out);
-  res->err = sbx_buf_steal(&cr.err);
+  res->out = sbx__buf_steal(&cr.out);
+  res->err = sbx__buf_steal(&cr.err);
   osb_cmd_result_free(&cr);
   return 0;
 }
@@ -218,13 +218,13 @@ static int osb_backend_signal(struct sbx_instance *in, const char *cmd_id, int s
 
 static int buf_sink(void *arg, const char *data, size_t len)
 {
-  sbx_buf_append(arg, data, len);
+  sbx__buf_append(arg, data, len);
   return 0;
 }
 
 static int fd_sink(void *arg, const char *data, size_t len)
 {
-  return sbx_write_all(*(int *) arg, data, len) < 0 ? 1 : 0;
+  return sbx__write_all(*(int *) arg, data, len) < 0 ? 1 : 0;
 }
 
 static int osb_backend_read_to_buf(struct sbx_instance *in, const char *path, uint64_t max,
@@ -238,11 +238,11 @@ static int osb_backend_read_to_buf(struct sbx_instance *in, const char *path, ui
   int rc = osb_download(&r, path, max, buf_sink, &b, NULL, 0, err);
   end(&r, lock);
   if (rc < 0) {
-    sbx_buf_free(&b);
+    sbx__buf_free(&b);
     return -1;
   }
   *len = b.len;
-  *data = sbx_buf_steal(&b);
+  *data = sbx__buf_steal(&b);
   return 0;
 }
 
@@ -265,16 +265,16 @@ static int osb_backend_read_text(struct sbx_instance *in, const char *path, int6
   size_t n = 0;
   if (osb_backend_read_to_buf(in, path, 100u << 20, &data, &n, err) < 0)
     return -1;
-  if (!sbx_utf8_valid(data, n)) {
+  if (!sbx__utf8_valid(data, n)) {
     free(data);
-    return sbx_make_error(err, 0, SBX_E_NOT_TEXT,
-                          "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file "
-                          "(e.g. .xlsx, .pdf, or an image). read_file only supports UTF-8 text. "
-                          "Use bash with a suitable library instead (pandas/openpyxl for "
-                          "spreadsheets), or view_image for images.",
-                          path);
+    return sbx__make_error(err, 0, SBX_E_NOT_TEXT,
+                           "cannot read '%s' as text \xe2\x80\x94 it appears to be a binary file "
+                           "(e.g. .xlsx, .pdf, or an image). read_file only supports UTF-8 text. "
+                           "Use bash with a suitable library instead (pandas/openpyxl for "
+                           "spreadsheets), or view_image for images.",
+                           path);
   }
-  *text = sbx_text_line_range(data, n, start, end_line, len);
+  *text = sbx__text_line_range(data, n, start, end_line, len);
   free(data);
   return 0;
 }
@@ -294,22 +294,22 @@ static int osb_backend_write(struct sbx_instance *in, const char *path, const vo
     if (osb_download(&r, path, 0, buf_sink, &b, NULL, 0, &derr) < 0) {
       if (derr->kind != SBX_E_NOT_FOUND) {
         *err = derr;
-        sbx_buf_free(&b);
+        sbx__buf_free(&b);
         end(&r, lock);
         return -1;
       }
       sbx_error_release(&derr); /* missing: an empty prefix */
     }
     if (data)
-      sbx_buf_append(&b, data, len);
+      sbx__buf_append(&b, data, len);
     else {
       char tmp[65536];
       ssize_t n;
       while ((n = read(fd, tmp, sizeof tmp)) > 0)
-        sbx_buf_append(&b, tmp, (size_t) n);
+        sbx__buf_append(&b, tmp, (size_t) n);
     }
     rc = osb_upload(&r, path, b.data ? b.data : "", b.len, -1, 0644, err);
-    sbx_buf_free(&b);
+    sbx__buf_free(&b);
   } else {
     rc = osb_upload(&r, path, data, len, data ? -1 : fd, 0644, err);
   }
@@ -373,7 +373,7 @@ static void osb_backend_on_release(struct sbx_instance *in, const char *user_dat
   int lock;
   sbx_error_t err = NULL;
   if (begin(in, &r, 120, &lock, &err) < 0) {
-    sbx_log(SBX_LOG_WARNING, "output sync of sandbox %s skipped: %s", in->meta.id, err->msg);
+    sbx__log(SBX_LOG_WARNING, "output sync of sandbox %s skipped: %s", in->meta.id, err->msg);
     sbx_error_release(&err);
     return;
   }
@@ -388,14 +388,14 @@ static void osb_backend_on_release(struct sbx_instance *in, const char *user_dat
     lim.deadline_s = atof(d);
   struct osb_sync_report rep;
   if (osb_sync_outputs(&r, user_data, &lim, &rep, &err) < 0) {
-    sbx_log(SBX_LOG_WARNING, "output sync of sandbox %s failed: %s", in->meta.id, err->msg);
+    sbx__log(SBX_LOG_WARNING, "output sync of sandbox %s failed: %s", in->meta.id, err->msg);
     sbx_error_release(&err);
   }
   osb_sync_report_free(&rep);
   end(&r, lock);
 }
 
-const struct sbx_backend_ops sbx_backend_opensandbox = {
+const struct sbx_backend_ops sbx__backend_opensandbox = {
     .name = "opensandbox",
     .data_owner = 0,
     .create = osb_backend_create,

@@ -61,7 +61,7 @@ static int cu_ready(sbx_error_t *err)
 {
   pthread_once(&cu_once, cu_load);
   if (!cu.ok)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "opensandbox backend: %s", cu.error);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "opensandbox backend: %s", cu.error);
   return 0;
 }
 
@@ -88,7 +88,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
     x->too_large = true;
     return 0;
   }
-  sbx_buf_append(&x->resp->body, data, len);
+  sbx__buf_append(&x->resp->body, data, len);
   return len;
 }
 
@@ -130,7 +130,7 @@ int osb_http(const struct osb_http_req *req, struct osb_http_resp *resp, sbx_err
     return -1;
   CURL *h = cu.easy_init();
   if (h == NULL)
-    return sbx_make_error(err, ENOMEM, SBX_E_INTERNAL, "curl_easy_init");
+    return sbx__make_error(err, ENOMEM, SBX_E_INTERNAL, "curl_easy_init");
   struct xfer x = {.req = req, .resp = resp};
   struct curl_slist *hdrs = NULL;
   for (const char *const *p = req->headers; p && *p; p++)
@@ -179,23 +179,23 @@ int osb_http(const struct osb_http_req *req, struct osb_http_resp *resp, sbx_err
   if (rc == CURLE_OK)
     return 0;
   if (x.too_large)
-    return sbx_make_error(err, EFBIG, SBX_E_TOO_LARGE, "response from %s exceeds %zu bytes",
-                          req->url, req->max_body);
+    return sbx__make_error(err, EFBIG, SBX_E_TOO_LARGE, "response from %s exceeds %zu bytes",
+                           req->url, req->max_body);
   if (x.sink_stopped)
-    return sbx_make_error(err, ECANCELED, SBX_E_TOO_LARGE, "transfer from %s stopped", req->url);
+    return sbx__make_error(err, ECANCELED, SBX_E_TOO_LARGE, "transfer from %s stopped", req->url);
   if (rc == CURLE_ABORTED_BY_CALLBACK)
-    return sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "transfer from %s stopped: deadline",
-                          req->url);
+    return sbx__make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "transfer from %s stopped: deadline",
+                           req->url);
   if (rc == CURLE_OPERATION_TIMEDOUT)
-    return sbx_make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "%s %s: %s", req->method, req->url,
-                          cu.easy_strerror(rc));
-  return sbx_make_error(err, ECONNRESET, SBX_E_BACKEND, "%s %s: %s", req->method, req->url,
-                        cu.easy_strerror(rc));
+    return sbx__make_error(err, ETIMEDOUT, SBX_E_TIMEOUT, "%s %s: %s", req->method, req->url,
+                           cu.easy_strerror(rc));
+  return sbx__make_error(err, ECONNRESET, SBX_E_BACKEND, "%s %s: %s", req->method, req->url,
+                         cu.easy_strerror(rc));
 }
 
 void osb_http_resp_free(struct osb_http_resp *resp)
 {
-  sbx_buf_free(&resp->body);
+  sbx__buf_free(&resp->body);
   free(resp->request_id);
   resp->request_id = NULL;
 }
@@ -209,32 +209,32 @@ char *osb_url_escape(const char *s)
   for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
     if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
         *p == '-' || *p == '_' || *p == '.' || *p == '~') {
-      sbx_buf_putc(&b, (char) *p);
+      sbx__buf_putc(&b, (char) *p);
     } else {
       char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-      sbx_buf_append(&b, e, 3);
+      sbx__buf_append(&b, e, 3);
     }
   }
-  return sbx_buf_steal(&b);
+  return sbx__buf_steal(&b);
 }
 
 void osb_multipart_head(sbx_buf_t *body, const char *boundary, const char *name,
                         const char *filename, const char *content_type)
 {
-  sbx_buf_printf(body, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"", boundary,
-                 name);
+  sbx__buf_printf(body, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"",
+                  boundary, name);
   /* the HTML standard's multipart/form-data escapes: nothing in a name ends the parameter */
   for (const char *p = filename; *p; p++) {
     if (*p == '"')
-      sbx_buf_puts(body, "%22");
+      sbx__buf_puts(body, "%22");
     else if (*p == '\r')
-      sbx_buf_puts(body, "%0D");
+      sbx__buf_puts(body, "%0D");
     else if (*p == '\n')
-      sbx_buf_puts(body, "%0A");
+      sbx__buf_puts(body, "%0A");
     else
-      sbx_buf_putc(body, *p);
+      sbx__buf_putc(body, *p);
   }
-  sbx_buf_printf(body, "\"\r\nContent-Type: %s\r\n\r\n", content_type);
+  sbx__buf_printf(body, "\"\r\nContent-Type: %s\r\n\r\n", content_type);
 }
 
 void osb_multipart_append(sbx_buf_t *body, const char *boundary, const char *name,
@@ -242,11 +242,11 @@ void osb_multipart_append(sbx_buf_t *body, const char *boundary, const char *nam
                           size_t len)
 {
   osb_multipart_head(body, boundary, name, filename, content_type);
-  sbx_buf_append(body, data, len);
-  sbx_buf_puts(body, "\r\n");
+  sbx__buf_append(body, data, len);
+  sbx__buf_puts(body, "\r\n");
 }
 
 void osb_multipart_end(sbx_buf_t *body, const char *boundary)
 {
-  sbx_buf_printf(body, "--%s--\r\n", boundary);
+  sbx__buf_printf(body, "--%s--\r\n", boundary);
 }

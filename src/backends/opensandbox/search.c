@@ -44,7 +44,7 @@ static void parse_line(struct helper_out *h, const char *line)
     h->kind = k ? xstrdup(k) : NULL;
     h->msg = m ? xstrdup(m) : NULL;
   } else if (p && h->strs) {
-    sbx_strv_push(h->strs, p);
+    sbx__strv_push(h->strs, p);
   } else if (p) {
     const char *t = json_string_value(json_object_get(o, "t"));
     h->m = xreallocarray(h->m, h->n + 1, sizeof *h->m);
@@ -100,8 +100,8 @@ static int run_helper(struct osb_remote *r, const char *args, struct helper_out 
     if (!h->done || h->bad)
       return 0;
     if (!h->ok)
-      return sbx_make_error(err, 0, kind_of(h->kind ? h->kind : "io"), "%s",
-                            h->msg ? h->msg : "remote search failed"),
+      return sbx__make_error(err, 0, kind_of(h->kind ? h->kind : "io"), "%s",
+                             h->msg ? h->msg : "remote search failed"),
              1;
     return 1;
   }
@@ -125,7 +125,7 @@ struct skeleton {
 static void skeleton_remove(struct skeleton *s)
 {
   if (s->dir[0])
-    sbx_rm_rf_at(AT_FDCWD, s->dir);
+    sbx__rm_rf_at(AT_FDCWD, s->dir);
   free(s->remote_root);
 }
 
@@ -187,7 +187,7 @@ static int skeleton_build(struct osb_remote *r, const char *root, struct skeleto
   if (mkdtemp(s->dir) == NULL) {
     json_decref(infos);
     s->dir[0] = '\0';
-    return sbx_make_error(err, errno, SBX_E_IO, "make a local directory");
+    return sbx__make_error(err, errno, SBX_E_IO, "make a local directory");
   }
   s->remote_root = xstrdup(root);
   size_t rl = strlen(root);
@@ -240,21 +240,21 @@ static void unskeleton_strv(const struct skeleton *s, sbx_strv_t *v)
 int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *out,
                  sbx_error_t *err)
 {
-  cleanup_free char *qp = sbx_shell_quote(path);
+  cleanup_free char *qp = sbx__shell_quote(path);
   cleanup_free char *args = xasprintf("ls %s %d", qp, depth);
   struct helper_out h = {.strs = out};
   int rc = run_helper(r, args, &h, err);
   helper_out_free(&h);
   if (rc != 0)
     return rc < 0 ? -1 : (*err ? -1 : 0);
-  sbx_strv_free(out);
+  sbx__strv_free(out);
   struct skeleton s;
   json_t *listing;
   if (skeleton_build(r, path, &s, &listing, err) < 0)
     return -1;
   json_decref(listing);
   bool truncated;
-  rc = sbx_search_list_dir(s.dir, depth, 100000, 0, out, &truncated, err);
+  rc = sbx__search_list_dir(s.dir, depth, 100000, 0, out, &truncated, err);
   if (rc == 0)
     unskeleton_strv(&s, out);
   skeleton_remove(&s);
@@ -264,8 +264,8 @@ int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *
 int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool include_dirs,
              size_t max, sbx_strv_t *out, bool *truncated, sbx_error_t *err)
 {
-  cleanup_free char *qp = sbx_shell_quote(path);
-  cleanup_free char *qpat = sbx_shell_quote(pattern);
+  cleanup_free char *qp = sbx__shell_quote(path);
+  cleanup_free char *qpat = sbx__shell_quote(pattern);
   cleanup_free char *args = xasprintf("glob %s %s %d %zu", qp, qpat, include_dirs, max);
   struct helper_out h = {.strs = out};
   int rc = run_helper(r, args, &h, err);
@@ -273,13 +273,13 @@ int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool i
   helper_out_free(&h);
   if (rc != 0)
     return rc < 0 ? -1 : (*err ? -1 : 0);
-  sbx_strv_free(out);
+  sbx__strv_free(out);
   struct skeleton s;
   json_t *listing;
   if (skeleton_build(r, path, &s, &listing, err) < 0)
     return -1;
   json_decref(listing);
-  rc = sbx_search_glob(s.dir, pattern, include_dirs, max, 0, out, truncated, err);
+  rc = sbx__search_glob(s.dir, pattern, include_dirs, max, 0, out, truncated, err);
   if (rc == 0)
     unskeleton_strv(&s, out);
   skeleton_remove(&s);
@@ -288,7 +288,7 @@ int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool i
 
 static int write_sink(void *arg, const char *data, size_t len)
 {
-  return sbx_write_all(*(int *) arg, data, len) < 0 ? 1 : 0;
+  return sbx__write_all(*(int *) arg, data, len) < 0 ? 1 : 0;
 }
 
 /* Fetches one remote file into local (files over grep's size limit are left empty: grep skips
@@ -317,8 +317,8 @@ static int grep_local(const struct skeleton *s, const char *local_root, const ch
                       bool *truncated, sbx_error_t *err)
 {
   sbx_grep_matches_t gm = {0};
-  int rc = sbx_search_grep(local_root, pattern, o->glob, o->literal, o->case_sensitive,
-                           o->max_results, 0, &gm, truncated, err);
+  int rc = sbx__search_grep(local_root, pattern, o->glob, o->literal, o->case_sensitive,
+                            o->max_results, 0, &gm, truncated, err);
   if (rc == 0) {
     *m = xzalloc((gm.n + 1) * sizeof **m);
     for (size_t k = 0; k < gm.n; k++)
@@ -326,7 +326,7 @@ static int grep_local(const struct skeleton *s, const char *local_root, const ch
                                         xstrdup(gm.v[k].line)};
     *n = gm.n;
   }
-  sbx_search_matches_free(&gm);
+  sbx__search_matches_free(&gm);
   return rc;
 }
 
@@ -336,9 +336,9 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
 {
   *m = NULL;
   *n = 0;
-  cleanup_free char *qp = sbx_shell_quote(path);
-  cleanup_free char *qpat = sbx_shell_quote(pattern);
-  cleanup_free char *qglob = sbx_shell_quote(o->glob && *o->glob ? o->glob : "-");
+  cleanup_free char *qp = sbx__shell_quote(path);
+  cleanup_free char *qpat = sbx__shell_quote(pattern);
+  cleanup_free char *qglob = sbx__shell_quote(o->glob && *o->glob ? o->glob : "-");
   cleanup_free char *args = xasprintf("grep %s %s %s %d %d %zu", qp, qpat, qglob, o->literal,
                                       o->case_sensitive, o->max_results);
   struct helper_out h = {0};
@@ -354,10 +354,10 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
   }
   helper_out_free(&h);
   /* the pattern is checked before anything is fetched */
-  sbx_grep_pattern_t *gp = sbx_grep_pattern_new(pattern, o->literal, o->case_sensitive, err);
+  sbx_grep_pattern_t *gp = sbx__grep_pattern_new(pattern, o->literal, o->case_sensitive, err);
   if (gp == NULL)
     return -1;
-  sbx_grep_pattern_free(gp);
+  sbx__grep_pattern_free(gp);
   struct skeleton s;
   json_t *listing = NULL;
   sbx_error_t lerr = NULL;
@@ -371,7 +371,7 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
     memset(&s, 0, sizeof s);
     snprintf(s.dir, sizeof s.dir, "/tmp/sbx-skeleton-XXXXXX");
     if (mkdtemp(s.dir) == NULL)
-      return sbx_make_error(err, errno, SBX_E_IO, "make a local directory");
+      return sbx__make_error(err, errno, SBX_E_IO, "make a local directory");
     const char *base = strrchr(path, '/');
     s.remote_root = xstrndup(path, (size_t) (base - path));
     cleanup_free char *local = xasprintf("%s/%s", s.dir, base + 1);
@@ -397,8 +397,8 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
         size > SBX_SEARCH_MAX_FILE_BYTES || strncmp(p, path, rl) != 0)
       continue;
     const char *rel = p + rl + (rl > 1);
-    if (!rel_safe(rel) || sbx_search_ignored_path(rel) ||
-        (o->glob && *o->glob && !sbx_path_matches(o->glob, rel)))
+    if (!rel_safe(rel) || sbx__search_ignored_path(rel) ||
+        (o->glob && *o->glob && !sbx__path_matches(o->glob, rel)))
       continue;
     cleanup_free char *local = xasprintf("%s/%s", s.dir, rel);
     rc = fetch(r, p, local, err);

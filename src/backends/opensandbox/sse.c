@@ -43,7 +43,7 @@ int osb_sse_feed(struct osb_sse *p, const char *data, size_t len)
         p->line.len = 0;
         p->skipping = true;
       } else {
-        sbx_buf_append(&p->line, data, take);
+        sbx__buf_append(&p->line, data, take);
       }
     } else {
       p->dropped += take;
@@ -75,5 +75,5 @@ int osb_sse_finish(struct osb_sse *p)
 
 void osb_sse_free(struct osb_sse *p)
 {
-  sbx_buf_free(&p->line);
+  sbx__buf_free(&p->line);
 }

@@ -136,8 +136,8 @@ static void find_ambiguous(struct rec *recs, size_t n, sbx_strv_t *ambiguous)
       size_t len = e ? (size_t) (e - c) : strlen(c);
       cleanup_free char *k = name_key(c, len);
       if (key.len)
-        sbx_buf_putc(&key, '/');
-      sbx_buf_puts(&key, k);
+        sbx__buf_putc(&key, '/');
+      sbx__buf_puts(&key, k);
       if (np == cap) {
         cap = cap ? cap * 2 : 64;
         p = xreallocarray(p, cap, sizeof *p);
@@ -147,14 +147,14 @@ static void find_ambiguous(struct rec *recs, size_t n, sbx_strv_t *ambiguous)
       np++;
       c += len + (e != NULL);
     }
-    sbx_buf_free(&key);
+    sbx__buf_free(&key);
   }
   if (np > 1)
     qsort(p, np, sizeof *p, cmp_prefix);
   for (size_t i = 1; i < np; i++)
     if (strcmp(p[i].key, p[i - 1].key) == 0 && strcmp(p[i].orig, p[i - 1].orig) != 0 &&
         (ambiguous->n == 0 || strcmp(ambiguous->v[ambiguous->n - 1], p[i].key) != 0))
-      sbx_strv_push(ambiguous, p[i].key);
+      sbx__strv_push(ambiguous, p[i].key);
   for (size_t i = 0; i < np; i++) {
     free(p[i].key);
     free(p[i].orig);
@@ -173,13 +173,13 @@ static bool under_ambiguous(const char *rel, const sbx_strv_t *ambiguous)
     size_t len = e ? (size_t) (e - c) : strlen(c);
     cleanup_free char *k = name_key(c, len);
     if (key.len)
-      sbx_buf_putc(&key, '/');
-    sbx_buf_puts(&key, k);
+      sbx__buf_putc(&key, '/');
+    sbx__buf_puts(&key, k);
     hit = ambiguous->n &&
-          bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), sbx_strcmp_p) != NULL;
+          bsearch(&key.data, ambiguous->v, ambiguous->n, sizeof(char *), sbx__strcmp_p) != NULL;
     c += len + (e != NULL);
   }
-  sbx_buf_free(&key);
+  sbx__buf_free(&key);
   return hit;
 }
 
@@ -283,13 +283,13 @@ struct dl_ctx {
 static int dl_write(void *arg, const char *data, size_t len)
 {
   struct dl_ctx *d = arg;
-  return sbx_write_all(d->fd, data, len) < 0 ? 1 : 0;
+  return sbx__write_all(d->fd, data, len) < 0 ? 1 : 0;
 }
 
 static int dl_progress(void *arg)
 {
   struct dl_ctx *d = arg;
-  return sbx_now_ms() >= d->deadline_ms;
+  return sbx__now_ms() >= d->deadline_ms;
 }
 
 static void set_reason(struct osb_sync_report *rep, char *why)
@@ -305,9 +305,9 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
 {
   memset(rep, 0, sizeof *rep);
   if (!osb_sync_unicode_available())
-    sbx_log(SBX_LOG_WARNING, "output sync: libunistring is missing; names are compared with "
-                             "ASCII case folding only");
-  uint64_t deadline = sbx_now_ms() + (uint64_t) (lim->deadline_s * 1000);
+    sbx__log(SBX_LOG_WARNING, "output sync: libunistring is missing; names are compared with "
+                              "ASCII case folding only");
+  uint64_t deadline = sbx__now_ms() + (uint64_t) (lim->deadline_s * 1000);
   json_t *infos = NULL;
   sbx_error_t lerr = NULL;
   if (osb_list(r, OUTPUTS, OSB_LIST_DEPTH, lim->max_listing, &infos, &lerr) < 0) {
@@ -333,7 +333,7 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
     const char *path = json_string_value(json_object_get(v, "path"));
     const char *type = json_string_value(json_object_get(v, "type"));
     if (path == NULL || type == NULL || strcmp(type, "file") != 0 ||
-        !sbx_str_has_prefix(path, OUTPUTS "/"))
+        !sbx__str_has_prefix(path, OUTPUTS "/"))
       continue;
     const char *rel = path + sizeof OUTPUTS;
     struct rec *rc = &recs[k++];
@@ -348,7 +348,7 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
       c += len + (e != NULL);
     }
     if (!rc->ok) {
-      sbx_log(SBX_LOG_WARNING, "output sync: skipping `%s`: not a portable host path", rel);
+      sbx__log(SBX_LOG_WARNING, "output sync: skipping `%s`: not a portable host path", rel);
       rep->skipped++;
     }
   }
@@ -359,7 +359,7 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
   cleanup_free char *outputs = xasprintf("%s/outputs", user_data);
   cleanup_close int outputs_fd = open(outputs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (outputs_fd < 0) {
-    ret = sbx_make_error(err, errno, SBX_E_IO, "output sync: open `%s`", outputs);
+    ret = sbx__make_error(err, errno, SBX_E_IO, "output sync: open `%s`", outputs);
     goto done;
   }
   for (i = 0; i < k; i++) {
@@ -367,20 +367,20 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
     if (!rc->ok)
       continue;
     if (under_ambiguous(rc->rel, &ambiguous)) {
-      sbx_log(SBX_LOG_WARNING,
-              "output sync: skipping `%s`: another output differs from it only by case or "
-              "Unicode normalisation",
-              rc->rel);
+      sbx__log(SBX_LOG_WARNING,
+               "output sync: skipping `%s`: another output differs from it only by case or "
+               "Unicode normalisation",
+               rc->rel);
       rep->skipped++;
       continue;
     }
-    if (sbx_now_ms() >= deadline) {
+    if (sbx__now_ms() >= deadline) {
       set_reason(rep, xasprintf("time budget %gs", lim->deadline_s));
       break;
     }
     if (rc->size > lim->max_file) {
-      sbx_log(SBX_LOG_WARNING, "output sync: skipping oversize artefact `%s` (%llu bytes)", rc->rel,
-              (unsigned long long) rc->size);
+      sbx__log(SBX_LOG_WARNING, "output sync: skipping oversize artefact `%s` (%llu bytes)",
+               rc->rel, (unsigned long long) rc->size);
       rep->skipped++;
       continue;
     }
@@ -395,12 +395,12 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
     const char *base = NULL, *why = NULL;
     int dirfd = open_parent(outputs_fd, rc->rel, &base, &why);
     if (dirfd < 0) {
-      sbx_log(SBX_LOG_WARNING, "output sync: skipping `%s`: %s", rc->rel, why);
+      sbx__log(SBX_LOG_WARNING, "output sync: skipping `%s`: %s", rc->rel, why);
       rep->skipped++;
       continue;
     }
     char hex[25];
-    sbx_random_hex(hex, 24);
+    sbx__random_hex(hex, 24);
     cleanup_free char *tmp = xasprintf(".%.200s.%s.sync.tmp", base, hex);
     struct dl_ctx d = {
         .fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600),
@@ -410,11 +410,11 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
       allowance = lim->max_file;
     cleanup_free char *remote = xasprintf(OUTPUTS "/%s", rc->rel);
     sbx_error_t derr = NULL;
-    int dr = d.fd < 0 ? sbx_make_error(&derr, errno, SBX_E_IO, "create a temporary file")
+    int dr = d.fd < 0 ? sbx__make_error(&derr, errno, SBX_E_IO, "create a temporary file")
                       : osb_download(r, remote, allowance, dl_write, &d, dl_progress, 0, &derr);
     struct stat st;
     if (dr == 0 && (fsync(d.fd) < 0 || fstat(d.fd, &st) < 0))
-      dr = sbx_make_error(&derr, errno, SBX_E_IO, "write `%s`", rc->rel);
+      dr = sbx__make_error(&derr, errno, SBX_E_IO, "write `%s`", rc->rel);
     if (dr == 0 && rc->mtime_ns > 0) {
       struct timespec ts[2] = {
           {.tv_nsec = UTIME_OMIT},
@@ -422,14 +422,14 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
       futimens(d.fd, ts); /* an out-of-range time is ignored */
     }
     if (dr == 0 && renameat(dirfd, tmp, dirfd, base) < 0)
-      dr = sbx_make_error(&derr, errno, SBX_E_IO, "replace `%s`", rc->rel);
+      dr = sbx__make_error(&derr, errno, SBX_E_IO, "replace `%s`", rc->rel);
     if (d.fd >= 0)
       close(d.fd);
     if (dr < 0) {
       unlinkat(dirfd, tmp, 0);
       close(dirfd);
       /* a partial stream cannot be charged to the budget: the pass stops */
-      sbx_log(SBX_LOG_WARNING, "output sync: `%s`: %s", rc->rel, derr->msg);
+      sbx__log(SBX_LOG_WARNING, "output sync: `%s`: %s", rc->rel, derr->msg);
       if (derr->kind == SBX_E_TIMEOUT)
         set_reason(rep, xasprintf("time budget %gs", lim->deadline_s));
       else if (derr->kind == SBX_E_TOO_LARGE && allowance < lim->max_file)
@@ -451,15 +451,15 @@ int osb_sync_outputs(struct osb_remote *r, const char *user_data, const struct o
     rep->synced++;
   }
   if (rep->truncated_reason)
-    sbx_log(SBX_LOG_WARNING,
-            "output sync truncated (%s); downloaded=%zu files/%llu bytes this pass, remaining "
-            "artefacts deferred to next release",
-            rep->truncated_reason, rep->downloaded_files,
-            (unsigned long long) rep->downloaded_bytes);
+    sbx__log(SBX_LOG_WARNING,
+             "output sync truncated (%s); downloaded=%zu files/%llu bytes this pass, remaining "
+             "artefacts deferred to next release",
+             rep->truncated_reason, rep->downloaded_files,
+             (unsigned long long) rep->downloaded_bytes);
 done:
   for (i = 0; i < k; i++)
     free(recs[i].rel);
   free(recs);
-  sbx_strv_free(&ambiguous);
+  sbx__strv_free(&ambiguous);
   return ret;
 }

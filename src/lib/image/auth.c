@@ -43,7 +43,7 @@ static int param(const char **p, const char *end, char **key, char **val)
     (*p)++;
     for (;;) {
       if (*p >= end) {
-        sbx_buf_free(&v);
+        sbx__buf_free(&v);
         return -1;
       }
       char c = *(*p)++;
@@ -51,16 +51,16 @@ static int param(const char **p, const char *end, char **key, char **val)
         break;
       if (c == '\\') {
         if (*p >= end) {
-          sbx_buf_free(&v);
+          sbx__buf_free(&v);
           return -1;
         }
         c = *(*p)++;
       }
       if ((unsigned char) c < 0x20 && c != '\t') {
-        sbx_buf_free(&v);
+        sbx__buf_free(&v);
         return -1;
       }
-      sbx_buf_append(&v, &c, 1);
+      sbx__buf_append(&v, &c, 1);
     }
   } else {
     const char *s = *p;
@@ -68,15 +68,15 @@ static int param(const char **p, const char *end, char **key, char **val)
       (*p)++;
     if (*p == s)
       return -1;
-    sbx_buf_append(&v, s, (size_t) (*p - s));
+    sbx__buf_append(&v, s, (size_t) (*p - s));
   }
-  sbx_buf_append(&v, "", 1);
+  sbx__buf_append(&v, "", 1);
   *key = xstrndup(k, klen);
-  *val = sbx_buf_steal(&v);
+  *val = sbx__buf_steal(&v);
   return 0;
 }
 
-void sbx_auth_challenge_free(struct sbx_auth_challenge *c)
+void sbx__auth_challenge_free(struct sbx_auth_challenge *c)
 {
   free(c->realm);
   free(c->service);
@@ -84,13 +84,13 @@ void sbx_auth_challenge_free(struct sbx_auth_challenge *c)
   memset(c, 0, sizeof *c);
 }
 
-int sbx_auth_challenge_parse(const char *hdr, size_t len, struct sbx_auth_challenge *out,
-                             sbx_error_t *err)
+int sbx__auth_challenge_parse(const char *hdr, size_t len, struct sbx_auth_challenge *out,
+                              sbx_error_t *err)
 {
   memset(out, 0, sizeof *out);
   if (len > SBX_AUTH_HEADER_MAX)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "WWW-Authenticate header too long (%zu bytes)",
-                          len);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "WWW-Authenticate header too long (%zu bytes)",
+                           len);
   const char *p = hdr, *end = hdr + len;
   while (p < end) {
     skip_ws(&p, end);
@@ -141,37 +141,37 @@ int sbx_auth_challenge_parse(const char *hdr, size_t len, struct sbx_auth_challe
         p++;
     }
     if (bad) {
-      sbx_auth_challenge_free(&c);
-      return sbx_make_error(err, 0, SBX_E_INVALID, "malformed WWW-Authenticate header");
+      sbx__auth_challenge_free(&c);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "malformed WWW-Authenticate header");
     }
     if (sch == SBX_AUTH_BEARER && (c.realm == NULL || (strncmp(c.realm, "https://", 8) != 0 &&
                                                        strncmp(c.realm, "http://", 7) != 0))) {
-      sbx_auth_challenge_free(&c);
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "WWW-Authenticate: a Bearer challenge without an http(s) realm");
+      sbx__auth_challenge_free(&c);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "WWW-Authenticate: a Bearer challenge without an http(s) realm");
     }
     if (sch != SBX_AUTH_NONE) {
       *out = c;
       return 0;
     }
-    sbx_auth_challenge_free(&c);
+    sbx__auth_challenge_free(&c);
   }
-  return sbx_make_error(err, 0, SBX_E_INVALID,
-                        "WWW-Authenticate names neither a Basic nor a Bearer challenge");
+  return sbx__make_error(err, 0, SBX_E_INVALID,
+                         "WWW-Authenticate names neither a Basic nor a Bearer challenge");
 }
 
-int sbx_auth_token_parse(const char *json, size_t len, char **token, long *expires_in,
-                         sbx_error_t *err)
+int sbx__auth_token_parse(const char *json, size_t len, char **token, long *expires_in,
+                          sbx_error_t *err)
 {
   *token = NULL;
   *expires_in = 60;
   if (len > SBX_AUTH_TOKEN_MAX)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "token answer too large (%zu bytes)", len);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "token answer too large (%zu bytes)", len);
   json_error_t je;
   json_t *j = json_loadb(json, len, 0, &je);
   if (!json_is_object(j)) {
     json_decref(j);
-    return sbx_make_error(err, 0, SBX_E_INVALID, "token answer is not a JSON object");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "token answer is not a JSON object");
   }
   const char *t = json_string_value(json_object_get(j, "token"));
   if (t == NULL || *t == '\0')
@@ -179,11 +179,11 @@ int sbx_auth_token_parse(const char *json, size_t len, char **token, long *expir
   json_t *ex = json_object_get(j, "expires_in");
   int r = 0;
   if (t == NULL || *t == '\0')
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "token answer has no token");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "token answer has no token");
   else {
     for (const char *c = t; *c; c++)
       if ((unsigned char) *c < 0x21 || (unsigned char) *c > 0x7e) {
-        r = sbx_make_error(err, 0, SBX_E_INVALID, "token has a character not allowed in a header");
+        r = sbx__make_error(err, 0, SBX_E_INVALID, "token has a character not allowed in a header");
         break;
       }
   }
@@ -215,8 +215,8 @@ static json_t *auths_entry(json_t *auths, const char *domain)
   return NULL;
 }
 
-int sbx_auth_lookup(const char *path, const char *domain, char **user, char **pass,
-                    sbx_error_t *err)
+int sbx__auth_lookup(const char *path, const char *domain, char **user, char **pass,
+                     sbx_error_t *err)
 {
   *user = *pass = NULL;
   cleanup_free char *p = NULL;
@@ -233,17 +233,17 @@ int sbx_auth_lookup(const char *path, const char *domain, char **user, char **pa
     return 0;
   cleanup_free char *data = NULL;
   size_t len = 0;
-  if (sbx_read_file_at(AT_FDCWD, p, AUTHS_FILE_MAX, &data, &len) < 0) {
+  if (sbx__read_file_at(AT_FDCWD, p, AUTHS_FILE_MAX, &data, &len) < 0) {
     if (errno == ENOENT && path == NULL)
       return 0;
-    return sbx_make_error(err, errno, SBX_E_CONFIG, "read the registry credentials `%s`", p);
+    return sbx__make_error(err, errno, SBX_E_CONFIG, "read the registry credentials `%s`", p);
   }
   json_error_t je;
   json_t *j = json_loadb(data, len, 0, &je);
   if (!json_is_object(j)) {
     json_decref(j);
-    return sbx_make_error(err, 0, SBX_E_CONFIG, "`%s` is not a JSON object (line %d: %s)", p,
-                          je.line, je.text);
+    return sbx__make_error(err, 0, SBX_E_CONFIG, "`%s` is not a JSON object (line %d: %s)", p,
+                           je.line, je.text);
   }
   json_t *ent = auths_entry(json_object_get(j, "auths"), domain);
   int r = 0;
@@ -252,11 +252,11 @@ int sbx_auth_lookup(const char *path, const char *domain, char **user, char **pa
   const char *pw = json_string_value(json_object_get(ent, "password"));
   if (a && *a) {
     size_t n;
-    char *dec = (char *) sbx_base64_decode(a, strlen(a), &n);
+    char *dec = (char *) sbx__base64_decode(a, strlen(a), &n);
     char *colon = dec ? memchr(dec, ':', n) : NULL;
     if (colon == NULL || memchr(dec, '\0', n)) {
-      r = sbx_make_error(err, 0, SBX_E_CONFIG,
-                         "`%s`: the auth of `%s` is not base64 of user:password", p, domain);
+      r = sbx__make_error(err, 0, SBX_E_CONFIG,
+                          "`%s`: the auth of `%s` is not base64 of user:password", p, domain);
     } else {
       *colon = '\0';
       *user = xstrdup(dec);

@@ -48,15 +48,15 @@ static void load(void)
     missing = "libcrypto.so.3: EVP digest functions";
 }
 
-int sbx_image_dl(sbx_error_t *err)
+int sbx__image_dl(sbx_error_t *err)
 {
   pthread_once(&once, load);
   if (missing)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "images need %s", missing);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "images need %s", missing);
   return 0;
 }
 
-const struct sbx_archive_api *sbx_archive_api(void)
+const struct sbx_archive_api *sbx__archive_api(void)
 {
   return &ar;
 }
@@ -65,7 +65,7 @@ struct sbx_sha256_ctx {
   EVP_MD_CTX *md;
 };
 
-sbx_sha256_ctx *sbx_sha256_new(void)
+sbx_sha256_ctx *sbx__sha256_new(void)
 {
   sbx_sha256_ctx *c = xmalloc(sizeof *c);
   c->md = cr.ctx_new();
@@ -74,12 +74,12 @@ sbx_sha256_ctx *sbx_sha256_new(void)
   return c;
 }
 
-void sbx_sha256_update(sbx_sha256_ctx *c, const void *p, size_t n)
+void sbx__sha256_update(sbx_sha256_ctx *c, const void *p, size_t n)
 {
   cr.update(c->md, p, n);
 }
 
-void sbx_sha256_final(sbx_sha256_ctx *c, char out[SBX_DIGEST_HEX + 1])
+void sbx__sha256_final(sbx_sha256_ctx *c, char out[SBX_DIGEST_HEX + 1])
 {
   static const char hex[] = "0123456789abcdef";
   unsigned char d[32];

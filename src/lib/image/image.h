@@ -27,14 +27,14 @@
 /* ---- dl.c ---- */
 struct archive;
 /* Loads libarchive and libcrypto once; SBX_E_UNSUPPORTED naming the library if one is missing. */
-int sbx_image_dl(sbx_error_t *err);
-const struct sbx_archive_api *sbx_archive_api(void);
+int sbx__image_dl(sbx_error_t *err);
+const struct sbx_archive_api *sbx__archive_api(void);
 
 typedef struct sbx_sha256_ctx sbx_sha256_ctx;
-sbx_sha256_ctx *sbx_sha256_new(void);
-void sbx_sha256_update(sbx_sha256_ctx *c, const void *p, size_t n);
+sbx_sha256_ctx *sbx__sha256_new(void);
+void sbx__sha256_update(sbx_sha256_ctx *c, const void *p, size_t n);
 /* Writes 64 lower-case hex characters and a NUL, and frees the context. */
-void sbx_sha256_final(sbx_sha256_ctx *c, char out[SBX_DIGEST_HEX + 1]);
+void sbx__sha256_final(sbx_sha256_ctx *c, char out[SBX_DIGEST_HEX + 1]);
 
 /* ---- manifest.c: the JSON documents (pure parsers, fuzzed) ---- */
 enum sbx_media {
@@ -44,9 +44,9 @@ enum sbx_media {
   SBX_MEDIA_CONFIG,
   SBX_MEDIA_LAYER, /* tar, tar+gzip, tar+zstd (libarchive tells them apart) */
 };
-int sbx_media_kind(const char *media_type);
+int sbx__media_kind(const char *media_type);
 /* "sha256:" and 64 lower-case hex digits. */
-bool sbx_digest_valid(const char *d);
+bool sbx__digest_valid(const char *d);
 
 struct sbx_desc {
   char *media_type;
@@ -86,20 +86,20 @@ struct sbx_docker_manifest {
   size_t n;
 };
 
-int sbx_index_parse(const char *json, size_t len, struct sbx_index *out, sbx_error_t *err);
-int sbx_manifest_parse(const char *json, size_t len, struct sbx_manifest *out, sbx_error_t *err);
-int sbx_image_config_parse(const char *json, size_t len, struct sbx_image_config *out,
-                           sbx_error_t *err);
-int sbx_docker_manifest_parse(const char *json, size_t len, struct sbx_docker_manifest *out,
-                              sbx_error_t *err);
+int sbx__index_parse(const char *json, size_t len, struct sbx_index *out, sbx_error_t *err);
+int sbx__manifest_parse(const char *json, size_t len, struct sbx_manifest *out, sbx_error_t *err);
+int sbx__image_config_parse(const char *json, size_t len, struct sbx_image_config *out,
+                            sbx_error_t *err);
+int sbx__docker_manifest_parse(const char *json, size_t len, struct sbx_docker_manifest *out,
+                               sbx_error_t *err);
 /* The index entry for platform ("os/arch[/variant]"; NULL: this host's). */
-int sbx_index_pick(const struct sbx_index *ix, const char *platform, size_t *pick,
-                   sbx_error_t *err);
-void sbx_desc_free(struct sbx_desc *d);
-void sbx_index_free(struct sbx_index *ix);
-void sbx_manifest_free(struct sbx_manifest *m);
-void sbx_image_config_free(struct sbx_image_config *c);
-void sbx_docker_manifest_free(struct sbx_docker_manifest *m);
+int sbx__index_pick(const struct sbx_index *ix, const char *platform, size_t *pick,
+                    sbx_error_t *err);
+void sbx__desc_free(struct sbx_desc *d);
+void sbx__index_free(struct sbx_index *ix);
+void sbx__manifest_free(struct sbx_manifest *m);
+void sbx__image_config_free(struct sbx_image_config *c);
+void sbx__docker_manifest_free(struct sbx_docker_manifest *m);
 
 /* ---- layer.c: a layer tar (plain, gzip or zstd) unpacked into a fresh directory ---- */
 struct sbx_layer_limits {
@@ -113,8 +113,8 @@ struct sbx_layer_limits {
  * names, device nodes (other than whiteouts), links out of the layer, overlay xattrs and
  * anything over the limits are refused (the entry is named). `.wh.` files become overlay
  * whiteouts. diff_id receives the sha256 of the uncompressed tar. */
-int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
-                      char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err);
+int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
+                       char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err);
 
 /* ---- store.c ---- */
 struct sbx_image_info {
@@ -134,18 +134,18 @@ struct sbx_image_rootfs {
   char *digest;
 };
 /* A name as stored: docker.io/library/ dropped, ":latest" added when there is no tag. */
-char *sbx_image_normalize(const char *name);
-char *sbx_image_dir(const char *home);
-int sbx_image_list(const char *home, struct sbx_image_info **v, size_t *n, sbx_error_t *err);
-void sbx_image_info_free(struct sbx_image_info *v, size_t n);
+char *sbx__image_normalize(const char *name);
+char *sbx__image_dir(const char *home);
+int sbx__image_list(const char *home, struct sbx_image_info **v, size_t *n, sbx_error_t *err);
+void sbx__image_info_free(struct sbx_image_info *v, size_t n);
 /* SBX_E_NOT_FOUND if no image has that name. */
-int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
-                      sbx_error_t *err);
-void sbx_image_rootfs_free(struct sbx_image_rootfs *r);
+int sbx__image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
+                       sbx_error_t *err);
+void sbx__image_rootfs_free(struct sbx_image_rootfs *r);
 /* Refused (SBX_E_BUSY) while a sandbox uses it, unless force. */
-int sbx_image_remove(const char *home, const char *name, bool force, sbx_error_t *err);
+int sbx__image_remove(const char *home, const char *name, bool force, sbx_error_t *err);
 /* Drops blobs and layers no image (and no sandbox) refers to, and stale work files. */
-int sbx_image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err);
+int sbx__image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err);
 /* store.c for import.c */
 int sbx__image_lock(const char *home, const char *name, int how, sbx_error_t *err);
 /* Adds or replaces name -> entry (a JSON object) in the index, under the index lock. */
@@ -162,7 +162,7 @@ struct sbx_image_import_opts {
   struct sbx_layer_limits limits;
 };
 /* Imports every image of the archive or layout at path. names receives what was stored. */
-int sbx_image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
-                     sbx_strv_t *names, sbx_error_t *err);
+int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
+                      sbx_strv_t *names, sbx_error_t *err);
 
 #endif

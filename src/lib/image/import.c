@@ -58,12 +58,12 @@ static int read_doc(struct imp *im, const char *rel, const char *what, char **da
   cleanup_close int fd = src_open(im, rel);
   char p[64];
   snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-  if (fd < 0 || sbx_read_file_at(AT_FDCWD, p, DOC_MAX, data, len) < 0)
-    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_INVALID,
-                          "%s `%s`%s", what, rel,
-                          errno == ENOENT  ? ": missing from the archive"
-                          : errno == EFBIG ? ": too large"
-                                           : "");
+  if (fd < 0 || sbx__read_file_at(AT_FDCWD, p, DOC_MAX, data, len) < 0)
+    return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_INVALID,
+                           "%s `%s`%s", what, rel,
+                           errno == ENOENT  ? ": missing from the archive"
+                           : errno == EFBIG ? ": too large"
+                                            : "");
   return 0;
 }
 
@@ -75,43 +75,43 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
   const char *what = digest ? digest : rel;
   cleanup_close int in = src_open(im, rel);
   if (in < 0)
-    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_INVALID,
-                          "blob %s: %s", what,
-                          errno == ENOENT ? "missing from the archive" : "cannot be opened");
+    return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_INVALID,
+                           "blob %s: %s", what,
+                           errno == ENOENT ? "missing from the archive" : "cannot be opened");
   struct stat st;
   if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
-    return sbx_make_error(err, errno, SBX_E_INVALID, "blob %s: not a regular file", what);
+    return sbx__make_error(err, errno, SBX_E_INVALID, "blob %s: not a regular file", what);
   if (size >= 0 && st.st_size != size)
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "blob %s: %lld bytes, its descriptor says %lld (truncated?)", what,
-                          (long long) st.st_size, (long long) size);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "blob %s: %lld bytes, its descriptor says %lld (truncated?)", what,
+                           (long long) st.st_size, (long long) size);
   cleanup_close int out = -1;
   char tmpname[32] = "blobs/.partial-XXXXXXXX";
   if (!im->src_ours) {
-    sbx_random_hex(tmpname + 15, 8);
+    sbx__random_hex(tmpname + 15, 8);
     out = openat(im->workfd, tmpname, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (out < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "stage blob %s", what);
+      return sbx__make_error(err, errno, SBX_E_IO, "stage blob %s", what);
   }
-  sbx_sha256_ctx *sha = sbx_sha256_new();
+  sbx_sha256_ctx *sha = sbx__sha256_new();
   cleanup_free char *buf = xmalloc(CHUNK);
   for (;;) {
     ssize_t n = TEMP_FAILURE_RETRY(read(in, buf, CHUNK));
-    if (n < 0 || (n > 0 && out >= 0 && sbx_write_all(out, buf, (size_t) n) < 0)) {
+    if (n < 0 || (n > 0 && out >= 0 && sbx__write_all(out, buf, (size_t) n) < 0)) {
       char d[SBX_DIGEST_HEX + 1];
-      sbx_sha256_final(sha, d);
-      return sbx_make_error(err, errno, SBX_E_IO, "blob %s: copy", what);
+      sbx__sha256_final(sha, d);
+      return sbx__make_error(err, errno, SBX_E_IO, "blob %s: copy", what);
     }
     if (n == 0)
       break;
-    sbx_sha256_update(sha, buf, (size_t) n);
+    sbx__sha256_update(sha, buf, (size_t) n);
   }
-  sbx_sha256_final(sha, hex_out);
+  sbx__sha256_final(sha, hex_out);
   if (digest && strcmp(digest + 7, hex_out) != 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "blob %s: digest mismatch (its content is "
-                          "sha256:%s)",
-                          digest, hex_out);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "blob %s: digest mismatch (its content is "
+                           "sha256:%s)",
+                           digest, hex_out);
   cleanup_free char *dst = xasprintf("blobs/%s", hex_out);
   int r;
   if (im->src_ours) {
@@ -122,7 +122,7 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
     r = renameat(im->workfd, tmpname, im->workfd, dst);
   }
   if (r < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_IO, "stage blob %s", what);
+    return sbx__make_error(err, errno, SBX_E_IO, "stage blob %s", what);
   return 0;
 }
 
@@ -130,12 +130,12 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
 static int stage_bytes(struct imp *im, const char *data, char hex_out[SBX_DIGEST_HEX + 1],
                        sbx_error_t *err)
 {
-  sbx_sha256_ctx *sha = sbx_sha256_new();
-  sbx_sha256_update(sha, data, strlen(data));
-  sbx_sha256_final(sha, hex_out);
+  sbx_sha256_ctx *sha = sbx__sha256_new();
+  sbx__sha256_update(sha, data, strlen(data));
+  sbx__sha256_final(sha, hex_out);
   cleanup_free char *dst = xasprintf("blobs/%s", hex_out);
-  if (sbx_write_file_at(im->workfd, dst, data, strlen(data), 0644, false) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "stage the manifest");
+  if (sbx__write_file_at(im->workfd, dst, data, strlen(data), 0644, false) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "stage the manifest");
   return 0;
 }
 
@@ -150,27 +150,27 @@ static int stage_layer(struct imp *im, const char *blob_hex, const char *diff_id
   if (fstatat(im->workfd, final, &st, 0) == 0)
     return 0; /* twice in one import */
   char tmp[32] = "layers/.partial-XXXXXXXX";
-  sbx_random_hex(tmp + 16, 8);
+  sbx__random_hex(tmp + 16, 8);
   if (mkdirat(im->workfd, tmp, 0755) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
+    return sbx__make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
   cleanup_close int root = openat(im->workfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   cleanup_free char *bpath = xasprintf("blobs/%s", blob_hex);
   cleanup_close int fd = openat(im->workfd, bpath, O_RDONLY | O_CLOEXEC);
   if (root < 0 || fd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
+    return sbx__make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
   char got[SBX_DIGEST_HEX + 1];
   sbx_error_t e = NULL;
-  if (sbx_layer_extract(fd, root, &im->lim, got, &e) < 0) {
-    sbx_make_error(err, e->status, e->kind, "layer sha256:%s: %s", blob_hex, e->msg);
+  if (sbx__layer_extract(fd, root, &im->lim, got, &e) < 0) {
+    sbx__make_error(err, e->status, e->kind, "layer sha256:%s: %s", blob_hex, e->msg);
     sbx_error_release(&e);
     return -1;
   }
   if (strcmp(got, diff_id + 7) != 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "layer sha256:%s: its tar is sha256:%s, the config says %s", blob_hex,
-                          got, diff_id);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "layer sha256:%s: its tar is sha256:%s, the config says %s", blob_hex,
+                           got, diff_id);
   if (renameat(im->workfd, tmp, im->workfd, final) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
+    return sbx__make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
   return 0;
 }
 
@@ -190,7 +190,7 @@ static int commit(struct imp *im, json_t *entry, sbx_strv_t *names, sbx_error_t 
     cleanup_close int fd = openat(im->workfd, kinds[k], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(dup(fd)) : NULL;
     if (d == NULL)
-      return sbx_make_error(err, errno, SBX_E_IO, "read the staged %s", kinds[k]);
+      return sbx__make_error(err, errno, SBX_E_IO, "read the staged %s", kinds[k]);
     cleanup_free char *dst = xasprintf("%s/%s%s", im->store, kinds[k], k ? "" : "/sha256");
     struct dirent *de;
     int r = 0;
@@ -203,7 +203,7 @@ static int commit(struct imp *im, json_t *entry, sbx_strv_t *names, sbx_error_t 
       int x =
           k == 0 ? linkat(fd, de->d_name, AT_FDCWD, to, 0) : renameat(fd, de->d_name, AT_FDCWD, to);
       if (x < 0 && errno != EEXIST && errno != ENOTEMPTY)
-        r = sbx_make_error(err, errno, SBX_E_IO, "store `%s`", to);
+        r = sbx__make_error(err, errno, SBX_E_IO, "store `%s`", to);
     }
     closedir(d);
     if (r < 0)
@@ -212,7 +212,7 @@ static int commit(struct imp *im, json_t *entry, sbx_strv_t *names, sbx_error_t 
   if (sbx__image_index_put(im->home, (const char *const *) names->v, names->n, entry, err) < 0)
     return -1;
   for (size_t i = 0; i < names->n; i++)
-    sbx_strv_push(im->names, names->v[i]);
+    sbx__strv_push(im->names, names->v[i]);
   return 0;
 }
 
@@ -222,12 +222,13 @@ static int finish(struct imp *im, const char *manifest_hex, const char *config_h
                   uint64_t size, sbx_strv_t *names, sbx_error_t *err)
 {
   struct sbx_image_config cfg;
-  if (sbx_image_config_parse(config_json, config_len, &cfg, err) < 0)
+  if (sbx__image_config_parse(config_json, config_len, &cfg, err) < 0)
     return -1;
   int r = 0;
   if (cfg.diff_ids.n != layer_hex->n)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "image config sha256:%s: %zu diff_ids for %zu layers",
-                       config_hex, cfg.diff_ids.n, layer_hex->n);
+    r = sbx__make_error(err, 0, SBX_E_INVALID,
+                        "image config sha256:%s: %zu diff_ids for %zu layers", config_hex,
+                        cfg.diff_ids.n, layer_hex->n);
   for (size_t i = 0; r == 0 && i < layer_hex->n; i++)
     r = stage_layer(im, layer_hex->v[i], cfg.diff_ids.v[i], err);
   if (r == 0) {
@@ -243,15 +244,15 @@ static int finish(struct imp *im, const char *manifest_hex, const char *config_h
     json_t *entry = json_pack("{s:s, s:s, s:o, s:o, s:I, s:s, s:f, s:o, s:o, s:o, s:s?, s:s?}",
                               "digest", digest, "config", config, "blobs", blobs, "layers", layers,
                               "size", (json_int_t) size, "created", cfg.created ? cfg.created : "",
-                              "imported", sbx_realtime_sec(), "env", strv_json(&cfg.env),
+                              "imported", sbx__realtime_sec(), "env", strv_json(&cfg.env),
                               "entrypoint", strv_json(&cfg.entrypoint), "cmd", strv_json(&cfg.cmd),
                               "workdir", cfg.workdir, "user", cfg.user);
     if (names->n == 0)
-      sbx_strv_push_owned(names, xasprintf("sha256:%s", manifest_hex));
+      sbx__strv_push_owned(names, xasprintf("sha256:%s", manifest_hex));
     r = commit(im, entry, names, err);
     json_decref(entry);
   }
-  sbx_image_config_free(&cfg);
+  sbx__image_config_free(&cfg);
   return r;
 }
 
@@ -259,13 +260,13 @@ static void add_name(struct imp *im, sbx_strv_t *names, const char *n)
 {
   if (n == NULL || *n == '\0')
     return;
-  char *norm = sbx_image_normalize(im->o && im->o->name ? im->o->name : n);
+  char *norm = sbx__image_normalize(im->o && im->o->name ? im->o->name : n);
   for (size_t i = 0; i < names->n; i++)
     if (strcmp(names->v[i], norm) == 0) {
       free(norm);
       return;
     }
-  sbx_strv_push_owned(names, norm);
+  sbx__strv_push_owned(names, norm);
 }
 
 /* One OCI manifest (descriptor d, already checked to be a manifest). */
@@ -281,15 +282,15 @@ static int oci_manifest(struct imp *im, const struct sbx_desc *d, sbx_strv_t *na
   if (read_doc(im, rel, "manifest", &mjson, &mlen, err) < 0)
     return -1;
   struct sbx_manifest m;
-  if (sbx_manifest_parse(mjson, mlen, &m, err) < 0)
+  if (sbx__manifest_parse(mjson, mlen, &m, err) < 0)
     return -1;
   int r = 0;
   sbx_strv_t layers = {0};
   uint64_t size = 0;
   cleanup_free char *crel = xasprintf("blobs/sha256/%s", m.config.digest + 7);
-  if (sbx_media_kind(m.config.media_type) != SBX_MEDIA_CONFIG)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "manifest %s: config %s has unknown media type `%s`",
-                       d->digest, m.config.digest, m.config.media_type ?: "");
+  if (sbx__media_kind(m.config.media_type) != SBX_MEDIA_CONFIG)
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "manifest %s: config %s has unknown media type `%s`",
+                        d->digest, m.config.digest, m.config.media_type ?: "");
   else if (stage_blob(im, crel, m.config.digest, m.config.size, chex, err) < 0 ||
            read_doc(im, crel, "config", &cjson, &clen, err) < 0)
     r = -1;
@@ -297,18 +298,18 @@ static int oci_manifest(struct imp *im, const struct sbx_desc *d, sbx_strv_t *na
     const struct sbx_desc *l = &m.layers[i];
     char lhex[SBX_DIGEST_HEX + 1];
     cleanup_free char *lrel = xasprintf("blobs/sha256/%s", l->digest + 7);
-    if (sbx_media_kind(l->media_type) != SBX_MEDIA_LAYER)
-      r = sbx_make_error(err, 0, SBX_E_INVALID, "layer %s: unknown media type `%s`", l->digest,
-                         l->media_type ?: "");
+    if (sbx__media_kind(l->media_type) != SBX_MEDIA_LAYER)
+      r = sbx__make_error(err, 0, SBX_E_INVALID, "layer %s: unknown media type `%s`", l->digest,
+                          l->media_type ?: "");
     else if ((r = stage_blob(im, lrel, l->digest, l->size, lhex, err)) == 0) {
-      sbx_strv_push(&layers, lhex);
+      sbx__strv_push(&layers, lhex);
       size += (uint64_t) l->size;
     }
   }
   if (r == 0)
     r = finish(im, mhex, chex, cjson, clen, &layers, size, names, err);
-  sbx_strv_free(&layers);
-  sbx_manifest_free(&m);
+  sbx__strv_free(&layers);
+  sbx__manifest_free(&m);
   return r;
 }
 
@@ -318,28 +319,28 @@ static int oci_index(struct imp *im, const char *json, size_t len, int depth, sb
 {
   struct sbx_index ix;
   if (depth > 4)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "image index nested too deep");
-  if (sbx_index_parse(json, len, &ix, err) < 0)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "image index nested too deep");
+  if (sbx__index_parse(json, len, &ix, err) < 0)
     return -1;
   int r = 0;
   bool platforms = false;
   for (size_t i = 0; i < ix.n; i++)
     platforms |= ix.v[i].os != NULL || ix.v[i].arch != NULL;
   if (ix.n == 0)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "image index: no manifests");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "image index: no manifests");
   for (size_t i = 0; r == 0 && i < ix.n; i++) {
     const struct sbx_desc *d = &ix.v[i];
     size_t pick = i;
     if (platforms) {
-      if ((r = sbx_index_pick(&ix, im->o ? im->o->platform : NULL, &pick, err)) < 0)
+      if ((r = sbx__index_pick(&ix, im->o ? im->o->platform : NULL, &pick, err)) < 0)
         break;
       d = &ix.v[pick];
     }
     sbx_strv_t here = {0};
     for (size_t k = 0; k < names->n; k++)
-      sbx_strv_push(&here, names->v[k]);
+      sbx__strv_push(&here, names->v[k]);
     add_name(im, &here, d->image_name ? d->image_name : d->ref_name);
-    int kind = sbx_media_kind(d->media_type);
+    int kind = sbx__media_kind(d->media_type);
     if (kind == SBX_MEDIA_MANIFEST) {
       r = oci_manifest(im, d, &here, err);
     } else if (kind == SBX_MEDIA_INDEX) {
@@ -351,14 +352,14 @@ static int oci_index(struct imp *im, const char *json, size_t len, int depth, sb
           (r = read_doc(im, rel, "image index", &sub, &slen, err)) == 0)
         r = oci_index(im, sub, slen, depth + 1, &here, err);
     } else {
-      r = sbx_make_error(err, 0, SBX_E_INVALID, "index entry %s: unknown media type `%s`",
-                         d->digest, d->media_type ? d->media_type : "");
+      r = sbx__make_error(err, 0, SBX_E_INVALID, "index entry %s: unknown media type `%s`",
+                          d->digest, d->media_type ? d->media_type : "");
     }
-    sbx_strv_free(&here);
+    sbx__strv_free(&here);
     if (platforms)
       break;
   }
-  sbx_index_free(&ix);
+  sbx__index_free(&ix);
   return r;
 }
 
@@ -366,11 +367,11 @@ static int oci_index(struct imp *im, const char *json, size_t len, int depth, sb
 static int docker_archive(struct imp *im, const char *json, size_t len, sbx_error_t *err)
 {
   struct sbx_docker_manifest dm;
-  if (sbx_docker_manifest_parse(json, len, &dm, err) < 0)
+  if (sbx__docker_manifest_parse(json, len, &dm, err) < 0)
     return -1;
   int r = 0;
   if (im->o && im->o->name && dm.n > 1)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "--name: the archive has %zu images", dm.n);
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "--name: the archive has %zu images", dm.n);
   for (size_t i = 0; r == 0 && i < dm.n; i++) {
     struct sbx_docker_image *d = &dm.v[i];
     char chex[SBX_DIGEST_HEX + 1], mhex[SBX_DIGEST_HEX + 1];
@@ -380,12 +381,12 @@ static int docker_archive(struct imp *im, const char *json, size_t len, sbx_erro
     const char *base = strrchr(d->config, '/') ? strrchr(d->config, '/') + 1 : d->config;
     cleanup_free char *cdigest = xasprintf("sha256:%.*s", SBX_DIGEST_HEX, base);
     if (!rel_ok(d->config)) {
-      r = sbx_make_error(err, 0, SBX_E_INVALID, "manifest.json: Config `%s` is outside the archive",
-                         d->config);
+      r = sbx__make_error(err, 0, SBX_E_INVALID,
+                          "manifest.json: Config `%s` is outside the archive", d->config);
       break;
     }
-    if ((r = stage_blob(im, d->config, sbx_digest_valid(cdigest) ? cdigest : NULL, -1, chex, err)) <
-            0 ||
+    if ((r = stage_blob(im, d->config, sbx__digest_valid(cdigest) ? cdigest : NULL, -1, chex,
+                        err)) < 0 ||
         (r = read_doc(im, d->config, "config", &cjson, &clen, err)) < 0)
       break;
     sbx_strv_t layers = {0};
@@ -394,8 +395,8 @@ static int docker_archive(struct imp *im, const char *json, size_t len, sbx_erro
     for (size_t k = 0; r == 0 && k < d->layers.n; k++) {
       char lhex[SBX_DIGEST_HEX + 1];
       if (!rel_ok(d->layers.v[k])) {
-        r = sbx_make_error(err, 0, SBX_E_INVALID,
-                           "manifest.json: layer `%s` is outside the archive", d->layers.v[k]);
+        r = sbx__make_error(err, 0, SBX_E_INVALID,
+                            "manifest.json: layer `%s` is outside the archive", d->layers.v[k]);
         break;
       }
       if ((r = stage_blob(im, d->layers.v[k], NULL, -1, lhex, err)) < 0)
@@ -404,7 +405,7 @@ static int docker_archive(struct imp *im, const char *json, size_t len, sbx_erro
       struct stat st;
       fstatat(im->workfd, bpath, &st, 0);
       size += (uint64_t) st.st_size;
-      sbx_strv_push(&layers, lhex);
+      sbx__strv_push(&layers, lhex);
       json_array_append_new(mlayers, json_pack("{s:s, s:s+, s:I}", "mediaType",
                                                "application/vnd.oci.image.layer.v1.tar", "digest",
                                                "sha256:", lhex, "size", (json_int_t) st.st_size));
@@ -425,27 +426,27 @@ static int docker_archive(struct imp *im, const char *json, size_t len, sbx_erro
         add_name(im, &names, im->o->name);
       if ((r = stage_bytes(im, ms, mhex, err)) == 0)
         r = finish(im, mhex, chex, cjson, clen, &layers, size, &names, err);
-      sbx_strv_free(&names);
+      sbx__strv_free(&names);
     }
     json_decref(mlayers);
-    sbx_strv_free(&layers);
+    sbx__strv_free(&layers);
   }
-  sbx_docker_manifest_free(&dm);
+  sbx__docker_manifest_free(&dm);
   return r;
 }
 
 /* Unpacks the outer archive into work/src: regular files and directories only. */
 static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
 {
-  if (sbx_image_dl(err) < 0)
+  if (sbx__image_dl(err) < 0)
     return -1;
-  const struct sbx_archive_api *ar = sbx_archive_api();
+  const struct sbx_archive_api *ar = sbx__archive_api();
   cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "open `%s`",
-                          path);
+    return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "open `%s`",
+                           path);
   if (mkdirat(im->workfd, "src", 0700) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create the work folder");
+    return sbx__make_error(err, errno, SBX_E_IO, "create the work folder");
   im->srcfd = openat(im->workfd, "src", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct archive *a = ar->archive_read_new();
   ar->archive_read_support_filter_gzip(a);
@@ -456,14 +457,14 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
   cleanup_free char *buf = xmalloc(CHUNK);
   struct archive_entry *e;
   if (ar->archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "`%s`: %s", path, ar->archive_error_string(a));
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "`%s`: %s", path, ar->archive_error_string(a));
   while (r == 0) {
     int h = ar->archive_read_next_header(a, &e);
     if (h == ARCHIVE_EOF)
       break;
     if (h < ARCHIVE_WARN) {
-      r = sbx_make_error(err, 0, SBX_E_INVALID, "`%s`: %s (truncated, or not a tar archive?)", path,
-                         ar->archive_error_string(a));
+      r = sbx__make_error(err, 0, SBX_E_INVALID, "`%s`: %s (truncated, or not a tar archive?)",
+                          path, ar->archive_error_string(a));
       break;
     }
     const char *name = ar->archive_entry_pathname(e);
@@ -471,10 +472,10 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
       name += 2;
     mode_t type = ar->archive_entry_filetype(e);
     if (++entries > 100000 || (name && *name && !rel_ok(name))) {
-      r = sbx_make_error(err, 0, SBX_E_INVALID,
-                         "`%s`: entry `%s` refused (outside the archive, "
-                         "or too many entries)",
-                         path, name ? name : "");
+      r = sbx__make_error(err, 0, SBX_E_INVALID,
+                          "`%s`: entry `%s` refused (outside the archive, "
+                          "or too many entries)",
+                          path, name ? name : "");
       break;
     }
     if (name == NULL || *name == '\0' || (type != AE_IFREG && type != AE_IFDIR))
@@ -490,7 +491,7 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
       mkdirat(dir, c, 0700);
       int d2 = openat(dir, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (d2 < 0) {
-        r = sbx_make_error(err, errno, SBX_E_INVALID, "`%s`: entry `%s`", path, name);
+        r = sbx__make_error(err, errno, SBX_E_INVALID, "`%s`: entry `%s`", path, name);
         break;
       }
       close(dir);
@@ -500,32 +501,32 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
       break;
     if (type == AE_IFDIR) {
       if (mkdirat(dir, c, 0700) < 0 && errno != EEXIST)
-        r = sbx_make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`", path, name);
+        r = sbx__make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`", path, name);
       continue;
     }
     cleanup_close int out =
         openat(dir, c, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0) {
-      r = sbx_make_error(err, errno, SBX_E_INVALID, "`%s`: entry `%s`", path, name);
+      r = sbx__make_error(err, errno, SBX_E_INVALID, "`%s`: entry `%s`", path, name);
       break;
     }
     for (;;) {
       la_ssize_t got = ar->archive_read_data(a, buf, CHUNK);
       if (got < 0) {
-        r = sbx_make_error(err, 0, SBX_E_INVALID, "`%s`: entry `%s`: %s (truncated?)", path, name,
-                           ar->archive_error_string(a));
+        r = sbx__make_error(err, 0, SBX_E_INVALID, "`%s`: entry `%s`: %s (truncated?)", path, name,
+                            ar->archive_error_string(a));
         break;
       }
       if (got == 0)
         break;
       total += (uint64_t) got;
       if (total > im->lim.max_bytes) {
-        r = sbx_make_error(err, 0, SBX_E_TOO_LARGE, "`%s`: more than %llu bytes", path,
-                           (unsigned long long) im->lim.max_bytes);
+        r = sbx__make_error(err, 0, SBX_E_TOO_LARGE, "`%s`: more than %llu bytes", path,
+                            (unsigned long long) im->lim.max_bytes);
         break;
       }
-      if (sbx_write_all(out, buf, (size_t) got) < 0) {
-        r = sbx_make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`: write", path, name);
+      if (sbx__write_all(out, buf, (size_t) got) < 0) {
+        r = sbx__make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`: write", path, name);
         break;
       }
     }
@@ -539,8 +540,8 @@ static int mkdirs(const char *store, sbx_error_t *err)
   static const char *const subs[] = {"blobs/sha256", "layers", "tmp"};
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     cleanup_free char *d = xasprintf("%s/%s", store, subs[i]);
-    if (sbx_mkdir_p(d, 0755) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "create `%s`", d);
+    if (sbx__mkdir_p(d, 0755) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", d);
   }
   return 0;
 }
@@ -552,13 +553,13 @@ static int import_in(struct imp *im, const char *wpath, const char *path, sbx_er
   if (mkdir(wpath, 0700) < 0 ||
       (im->workfd = open(wpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
       mkdirat(im->workfd, "blobs", 0755) < 0 || mkdirat(im->workfd, "layers", 0755) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create `%s`", wpath);
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", wpath);
   if (stat(path, &st) < 0)
-    return sbx_make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "`%s`", path);
+    return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO, "`%s`", path);
   if (S_ISDIR(st.st_mode)) {
     im->srcfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (im->srcfd < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "open `%s`", path);
+      return sbx__make_error(err, errno, SBX_E_IO, "open `%s`", path);
   } else {
     if (unpack_archive(im, path, err) < 0)
       return -1;
@@ -574,30 +575,30 @@ static int import_in(struct imp *im, const char *wpath, const char *path, sbx_er
   }
   cleanup_close int layout = src_open(im, "oci-layout");
   if (layout < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "`%s` is neither a docker-archive (manifest.json), an oci-archive nor "
-                          "an OCI layout (oci-layout, index.json)",
-                          path);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "`%s` is neither a docker-archive (manifest.json), an oci-archive nor "
+                           "an OCI layout (oci-layout, index.json)",
+                           path);
   sbx_strv_t none = {0};
   if (im->o && im->o->name)
     add_name(im, &none, im->o->name);
   int r = read_doc(im, "index.json", "image index", &json, &len, err);
   if (r == 0)
     r = oci_index(im, json, len, 0, &none, err);
-  sbx_strv_free(&none);
+  sbx__strv_free(&none);
   return r;
 }
 
-int sbx_image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
-                     sbx_strv_t *names, sbx_error_t *err)
+int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
+                      sbx_strv_t *names, sbx_error_t *err)
 {
-  if (sbx_image_dl(err) < 0)
+  if (sbx__image_dl(err) < 0)
     return -1;
   struct imp im = {.home = home, .o = o, .srcfd = -1, .workfd = -1, .names = names};
   im.lim.max_bytes = o && o->limits.max_bytes ? o->limits.max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   im.lim.max_entries =
       o && o->limits.max_entries ? o->limits.max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
-  im.store = sbx_image_dir(home);
+  im.store = sbx__image_dir(home);
   if (mkdirs(im.store, err) < 0) {
     free(im.store);
     return -1;
@@ -609,7 +610,7 @@ int sbx_image_import(const char *home, const char *path, const struct sbx_image_
     return -1;
   }
   char work[] = "import-XXXXXXXX";
-  sbx_random_hex(work + 7, 8);
+  sbx__random_hex(work + 7, 8);
   cleanup_free char *wpath = xasprintf("%s/tmp/%s", im.store, work);
   int r = import_in(&im, wpath, path, err);
   if (im.srcfd >= 0)
@@ -619,7 +620,7 @@ int sbx_image_import(const char *home, const char *path, const struct sbx_image_
   cleanup_free char *tmp = xasprintf("%s/tmp", im.store);
   cleanup_close int tfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (tfd >= 0)
-    sbx_rm_rf_at(tfd, work);
+    sbx__rm_rf_at(tfd, work);
   free(im.store);
   return r;
 }

@@ -38,7 +38,7 @@ static la_ssize_t tar_read(struct archive *a, void *arg, const void **out)
     r->ar->archive_set_error(a, EIO, "%s", r->ar->archive_error_string(r->raw));
     return -1;
   }
-  sbx_sha256_update(r->sha, r->buf, (size_t) n);
+  sbx__sha256_update(r->sha, r->buf, (size_t) n);
   *out = r->buf;
   return n;
 }
@@ -51,7 +51,7 @@ static int split_name(const char *name, char **parent, char **base, sbx_error_t 
   while (p[0] == '.' && p[1] == '/')
     p += 2;
   if (name[0] == '/')
-    return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: absolute name", name);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: absolute name", name);
   cleanup_free char *s = xstrdup(p);
   size_t n = strlen(s);
   while (n > 0 && s[n - 1] == '/')
@@ -61,10 +61,10 @@ static int split_name(const char *name, char **parent, char **base, sbx_error_t 
     char *e = strchr(c, '/');
     size_t l = e ? (size_t) (e - c) : strlen(c);
     if (l == 0 || (l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "layer entry `%s`: `..`, `.` or empty "
-                            "component",
-                            name);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "layer entry `%s`: `..`, `.` or empty "
+                             "component",
+                             name);
     c += l + (e != NULL);
   }
   if (n == 0 || strcmp(s, ".") == 0) {
@@ -98,23 +98,23 @@ static int open_parent(int rootfd, const char *parent, const char *name, sbx_err
   int fd = open_in(rootfd, parent);
   if (fd >= 0 || errno != ENOENT) {
     if (fd < 0)
-      sbx_make_error(err, errno, SBX_E_INVALID, "layer entry `%s`: parent%s", name,
-                     errno == ELOOP ? " goes through a symlink" : "");
+      sbx__make_error(err, errno, SBX_E_INVALID, "layer entry `%s`: parent%s", name,
+                      errno == ELOOP ? " goes through a symlink" : "");
     return fd;
   }
   cleanup_free char *p = xstrdup(parent);
   /* component by component: mkdir where missing */
   cleanup_close int cur = open_in(rootfd, "");
   if (cur < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open the layer root");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open the layer root");
   char *save = NULL;
   for (char *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
     if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: create parent", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: create parent", name);
     int next = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0)
-      return sbx_make_error(err, errno, SBX_E_INVALID, "layer entry `%s`: parent%s", name,
-                            errno == ELOOP ? " goes through a symlink" : " is not a directory");
+      return sbx__make_error(err, errno, SBX_E_INVALID, "layer entry `%s`: parent%s", name,
+                             errno == ELOOP ? " goes through a symlink" : " is not a directory");
     close(cur);
     cur = next;
   }
@@ -126,16 +126,16 @@ static int clear(int pfd, const char *base, bool keep_dir, const char *name, sbx
 {
   struct stat st;
   if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return errno == ENOENT ? 0 : sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`", name);
+    return errno == ENOENT ? 0 : sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`", name);
   if (S_ISDIR(st.st_mode)) {
     if (keep_dir)
       return 1;
-    if (sbx_rm_rf_at(pfd, base) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: replace", name);
+    if (sbx__rm_rf_at(pfd, base) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: replace", name);
     return 0;
   }
   if (unlinkat(pfd, base, 0) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: replace", name);
+    return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: replace", name);
   return 0;
 }
 
@@ -149,12 +149,12 @@ static int set_xattrs(const struct sbx_archive_api *ar, struct archive_entry *e,
   while (ar->archive_entry_xattr_next(e, &key, &val, &size) == ARCHIVE_OK) {
     /* overlayfs reads trusted.overlay.* (redirects, metacopy): an image must not forge them */
     if (strncmp(key, "trusted.", 8) == 0)
-      return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: xattr `%s` refused", name,
-                            key);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: xattr `%s` refused", name,
+                             key);
     if (strncmp(key, "user.", 5) != 0 && strcmp(key, "security.capability") != 0)
       continue; /* ACLs and LSM labels are the host's business */
     if (fsetxattr(fd, key, val, size, 0) < 0 && errno != ENOTSUP)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: xattr `%s`", name, key);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: xattr `%s`", name, key);
   }
   return 0;
 }
@@ -165,7 +165,7 @@ static int set_meta(const struct sbx_archive_api *ar, struct archive_entry *e, i
   /* chown first: it clears setuid and setgid, which the chmod puts back */
   if (fchown(fd, (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e)) < 0 ||
       fchmod(fd, ar->archive_entry_perm(e) & 07777) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: owner and mode", name);
+    return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: owner and mode", name);
   if (set_xattrs(ar, e, fd, name, err) < 0)
     return -1;
   struct timespec ts[2] = {
@@ -184,18 +184,18 @@ static int write_data(struct archive *a, const struct sbx_archive_api *ar, int f
   for (;;) {
     la_ssize_t n = ar->archive_read_data(a, buf, CHUNK);
     if (n < 0)
-      return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: %s", name,
-                            ar->archive_error_string(a));
+      return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: %s", name,
+                             ar->archive_error_string(a));
     if (n == 0)
       return 0;
     *total += (uint64_t) n;
     if (*total > max)
-      return sbx_make_error(err, 0, SBX_E_TOO_LARGE,
-                            "layer entry `%s`: the layer exceeds %llu "
-                            "bytes",
-                            name, (unsigned long long) max);
-    if (sbx_write_all(fd, buf, (size_t) n) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: write", name);
+      return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                             "layer entry `%s`: the layer exceeds %llu "
+                             "bytes",
+                             name, (unsigned long long) max);
+    if (sbx__write_all(fd, buf, (size_t) n) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: write", name);
   }
 }
 
@@ -205,7 +205,7 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
 {
   const char *name = ar->archive_entry_pathname(e);
   if (name == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry without a name");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry without a name");
   cleanup_free char *parent = NULL, *base = NULL;
   if (split_name(name, &parent, &base, err) < 0)
     return -1;
@@ -213,15 +213,16 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
   const char *hardlink = ar->archive_entry_hardlink(e);
   int64_t size = ar->archive_entry_size(e);
   if (size < 0 || (uint64_t) size > lim->max_bytes - *total)
-    return sbx_make_error(err, 0, SBX_E_TOO_LARGE, "layer entry `%s`: the layer exceeds %llu bytes",
-                          name, (unsigned long long) lim->max_bytes);
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "layer entry `%s`: the layer exceeds %llu bytes", name,
+                           (unsigned long long) lim->max_bytes);
   if (*base == '\0') {
     /* the layer root itself ("./"): its metadata only */
     if (type != AE_IFDIR)
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "layer entry `%s`: the root must be a "
-                            "directory",
-                            name);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "layer entry `%s`: the root must be a "
+                             "directory",
+                             name);
     return set_meta(ar, e, rootfd, name, err);
   }
   cleanup_close int pfd = open_parent(rootfd, parent, name, err);
@@ -229,8 +230,8 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
     return -1;
   if (strcmp(base, ".wh..wh..opq") == 0) {
     if (fsetxattr(pfd, "trusted.overlay.opaque", "y", 1, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_UNSUPPORTED,
-                            "layer entry `%s`: mark the directory opaque (trusted xattrs)", name);
+      return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
+                             "layer entry `%s`: mark the directory opaque (trusted xattrs)", name);
     return 0;
   }
   if (strncmp(base, ".wh..wh.", 8) == 0)
@@ -238,33 +239,34 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
   if (strncmp(base, ".wh.", 4) == 0) {
     const char *victim = base + 4;
     if (*victim == '\0' || strcmp(victim, ".") == 0 || strcmp(victim, "..") == 0)
-      return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: bad whiteout", name);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: bad whiteout", name);
     if (clear(pfd, victim, false, name, err) < 0)
       return -1;
     if (mknodat(pfd, victim, S_IFCHR | 0000, makedev(0, 0)) < 0)
-      return sbx_make_error(err, errno, SBX_E_UNSUPPORTED, "layer entry `%s`: make the whiteout",
-                            name);
+      return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "layer entry `%s`: make the whiteout",
+                             name);
     return 0;
   }
   if (hardlink) {
     cleanup_free char *tparent = NULL, *tbase = NULL;
     if (split_name(hardlink, &tparent, &tbase, NULL) < 0)
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "layer entry `%s`: hard link to `%s`, outside the layer", name,
-                            hardlink);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "layer entry `%s`: hard link to `%s`, outside the layer", name,
+                             hardlink);
     if (*tbase == '\0')
-      return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: hard link to the root", name);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: hard link to the root",
+                             name);
     cleanup_close int tfd = open_in(rootfd, tparent);
     struct stat st;
     if (tfd < 0 || fstatat(tfd, tbase, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
-      return sbx_make_error(err, errno, SBX_E_INVALID,
-                            "layer entry `%s`: hard link to `%s`, which is not a file of this "
-                            "layer",
-                            name, hardlink);
+      return sbx__make_error(err, errno, SBX_E_INVALID,
+                             "layer entry `%s`: hard link to `%s`, which is not a file of this "
+                             "layer",
+                             name, hardlink);
     if (clear(pfd, base, false, name, err) < 0)
       return -1;
     if (linkat(tfd, tbase, pfd, base, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: hard link", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: hard link", name);
     return 0;
   }
   int kept = clear(pfd, base, type == AE_IFDIR, name, err);
@@ -275,29 +277,29 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
     cleanup_close int fd =
         openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: create", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: create", name);
     if (write_data(a, ar, fd, name, buf, total, lim->max_bytes, err) < 0)
       return -1;
     return set_meta(ar, e, fd, name, err);
   }
   case AE_IFDIR: {
     if (!kept && mkdirat(pfd, base, 0700) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: mkdir", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: mkdir", name);
     cleanup_close int fd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: open", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: open", name);
     return set_meta(ar, e, fd, name, err);
   }
   case AE_IFLNK: {
     const char *target = ar->archive_entry_symlink(e);
     if (target == NULL || *target == '\0')
-      return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: symlink without a target",
-                            name);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: symlink without a target",
+                             name);
     /* the target is never followed here; inside the sandbox it resolves in its own root */
     if (symlinkat(target, pfd, base) < 0 ||
         fchownat(pfd, base, (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e),
                  AT_SYMLINK_NOFOLLOW) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: symlink", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: symlink", name);
     struct timespec ts[2] = {{.tv_sec = ar->archive_entry_mtime(e)},
                              {.tv_sec = ar->archive_entry_mtime(e)}};
     (void) utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW);
@@ -305,32 +307,32 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
   }
   case AE_IFIFO: {
     if (mknodat(pfd, base, S_IFIFO | 0600, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
     cleanup_close int fd = openat(pfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 ||
         fchownat(fd, "", (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e),
                  AT_EMPTY_PATH) < 0 ||
         fchmodat(pfd, base, ar->archive_entry_perm(e) & 0777, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
+      return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
     return 0;
   }
   case AE_IFCHR:
   case AE_IFBLK:
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "layer entry `%s`: device nodes are refused (only whiteouts are kept)",
-                          name);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "layer entry `%s`: device nodes are refused (only whiteouts are kept)",
+                           name);
   default:
-    return sbx_make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: unsupported type 0%o", name,
-                          (unsigned) type);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: unsupported type 0%o", name,
+                           (unsigned) type);
   }
 }
 
-int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
-                      char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err)
+int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
+                       char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err)
 {
-  if (sbx_image_dl(err) < 0)
+  if (sbx__image_dl(err) < 0)
     return -1;
-  const struct sbx_archive_api *ar = sbx_archive_api();
+  const struct sbx_archive_api *ar = sbx__archive_api();
   struct reader r = {.ar = ar, .buf = xmalloc(CHUNK)};
   cleanup_free char *data = xmalloc(CHUNK);
   struct archive *tar = NULL;
@@ -343,14 +345,14 @@ int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
   ar->archive_read_support_format_raw(r.raw);
   if (ar->archive_read_open_fd(r.raw, fd, CHUNK) != ARCHIVE_OK ||
       ar->archive_read_next_header(r.raw, &e) != ARCHIVE_OK) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(r.raw));
+    sbx__make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(r.raw));
     goto out;
   }
-  r.sha = sbx_sha256_new();
+  r.sha = sbx__sha256_new();
   tar = ar->archive_read_new();
   ar->archive_read_support_format_tar(tar);
   if (ar->archive_read_open(tar, &r, NULL, tar_read, NULL) != ARCHIVE_OK) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(tar));
+    sbx__make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(tar));
     goto out;
   }
   for (;;) {
@@ -358,13 +360,13 @@ int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
     if (h == ARCHIVE_EOF)
       break;
     if (h < ARCHIVE_WARN) {
-      sbx_make_error(err, 0, SBX_E_INVALID, "layer: %s (truncated or not a tar?)",
-                     ar->archive_error_string(tar));
+      sbx__make_error(err, 0, SBX_E_INVALID, "layer: %s (truncated or not a tar?)",
+                      ar->archive_error_string(tar));
       goto out;
     }
     if (++entries > lim->max_entries) {
-      sbx_make_error(err, 0, SBX_E_TOO_LARGE, "layer: more than %llu entries",
-                     (unsigned long long) lim->max_entries);
+      sbx__make_error(err, 0, SBX_E_TOO_LARGE, "layer: more than %llu entries",
+                      (unsigned long long) lim->max_entries);
       goto out;
     }
     if (entry(tar, ar, e, rootfd, data, &total, lim, err) < 0)
@@ -374,20 +376,20 @@ int sbx_layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
   for (;;) {
     la_ssize_t n = ar->archive_read_data(r.raw, r.buf, CHUNK);
     if (n < 0) {
-      sbx_make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(r.raw));
+      sbx__make_error(err, 0, SBX_E_INVALID, "layer: %s", ar->archive_error_string(r.raw));
       goto out;
     }
     if (n == 0)
       break;
-    sbx_sha256_update(r.sha, r.buf, (size_t) n);
+    sbx__sha256_update(r.sha, r.buf, (size_t) n);
   }
-  sbx_sha256_final(r.sha, diff_id);
+  sbx__sha256_final(r.sha, diff_id);
   r.sha = NULL;
   ret = 0;
 out:
   if (r.sha) {
     char dummy[SBX_DIGEST_HEX + 1];
-    sbx_sha256_final(r.sha, dummy);
+    sbx__sha256_final(r.sha, dummy);
   }
   if (tar)
     ar->archive_read_free(tar);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
-int sbx_media_kind(const char *t)
+int sbx__media_kind(const char *t)
 {
   static const struct {
     const char *type;
@@ -37,12 +37,12 @@ int sbx_media_kind(const char *t)
   return SBX_MEDIA_UNKNOWN;
 }
 
-char *sbx_image_normalize(const char *name)
+char *sbx__image_normalize(const char *name)
 {
   const char *n = name;
-  if (sbx_str_has_prefix(n, "docker.io/library/"))
+  if (sbx__str_has_prefix(n, "docker.io/library/"))
     n += 18;
-  else if (sbx_str_has_prefix(n, "docker.io/"))
+  else if (sbx__str_has_prefix(n, "docker.io/"))
     n += 10;
   if (strncmp(n, "sha256:", 7) == 0 || strchr(n, '@'))
     return xstrdup(n);
@@ -52,7 +52,7 @@ char *sbx_image_normalize(const char *name)
   return xstrdup(n);
 }
 
-bool sbx_digest_valid(const char *d)
+bool sbx__digest_valid(const char *d)
 {
   if (d == NULL || strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + SBX_DIGEST_HEX)
     return false;
@@ -67,12 +67,12 @@ static json_t *load(const char *json, size_t len, const char *what, sbx_error_t 
   json_error_t je;
   json_t *j = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
   if (j == NULL) {
-    sbx_make_error(err, 0, SBX_E_INVALID, "%s: not JSON (%s)", what, je.text);
+    sbx__make_error(err, 0, SBX_E_INVALID, "%s: not JSON (%s)", what, je.text);
     return NULL;
   }
   if (!json_is_object(j)) {
     json_decref(j);
-    sbx_make_error(err, 0, SBX_E_INVALID, "%s: not a JSON object", what);
+    sbx__make_error(err, 0, SBX_E_INVALID, "%s: not a JSON object", what);
     return NULL;
   }
   return j;
@@ -103,7 +103,7 @@ static int opt_strv(json_t *o, const char *key, sbx_strv_t *out)
   {
     if (!json_is_string(e))
       return -1;
-    sbx_strv_push(out, json_string_value(e));
+    sbx__strv_push(out, json_string_value(e));
   }
   return 0;
 }
@@ -112,28 +112,28 @@ static int desc_parse(json_t *o, const char *what, struct sbx_desc *d, sbx_error
 {
   memset(d, 0, sizeof *d);
   if (!json_is_object(o))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "%s: not an object", what);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "%s: not an object", what);
   json_t *size = json_object_get(o, "size");
   if (opt_str(o, "mediaType", &d->media_type) < 0 || opt_str(o, "digest", &d->digest) < 0 ||
-      !sbx_digest_valid(d->digest))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "%s: digest must be sha256:<64 hex>", what);
+      !sbx__digest_valid(d->digest))
+    return sbx__make_error(err, 0, SBX_E_INVALID, "%s: digest must be sha256:<64 hex>", what);
   if (!json_is_integer(size) || json_integer_value(size) < 0)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "%s (%s): size must be a non-negative integer",
-                          what, d->digest);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "%s (%s): size must be a non-negative integer",
+                           what, d->digest);
   d->size = json_integer_value(size);
   json_t *pl = json_object_get(o, "platform");
   if (pl && (!json_is_object(pl) || opt_str(pl, "os", &d->os) < 0 ||
              opt_str(pl, "architecture", &d->arch) < 0 || opt_str(pl, "variant", &d->variant) < 0))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "%s (%s): bad platform", what, d->digest);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "%s (%s): bad platform", what, d->digest);
   json_t *an = json_object_get(o, "annotations");
   if (an &&
       (!json_is_object(an) || opt_str(an, "org.opencontainers.image.ref.name", &d->ref_name) < 0 ||
        opt_str(an, "io.containerd.image.name", &d->image_name) < 0))
-    return sbx_make_error(err, 0, SBX_E_INVALID, "%s (%s): bad annotations", what, d->digest);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "%s (%s): bad annotations", what, d->digest);
   return 0;
 }
 
-void sbx_desc_free(struct sbx_desc *d)
+void sbx__desc_free(struct sbx_desc *d)
 {
   free(d->media_type);
   free(d->digest);
@@ -145,7 +145,7 @@ void sbx_desc_free(struct sbx_desc *d)
   memset(d, 0, sizeof *d);
 }
 
-int sbx_index_parse(const char *json, size_t len, struct sbx_index *out, sbx_error_t *err)
+int sbx__index_parse(const char *json, size_t len, struct sbx_index *out, sbx_error_t *err)
 {
   memset(out, 0, sizeof *out);
   json_t *j = load(json, len, "image index", err);
@@ -154,7 +154,7 @@ int sbx_index_parse(const char *json, size_t len, struct sbx_index *out, sbx_err
   json_t *ms = json_object_get(j, "manifests");
   int r = 0;
   if (!json_is_array(ms)) {
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "image index: manifests must be an array");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "image index: manifests must be an array");
   } else {
     out->v = xzalloc((json_array_size(ms) + 1) * sizeof *out->v);
     size_t i;
@@ -169,19 +169,19 @@ int sbx_index_parse(const char *json, size_t len, struct sbx_index *out, sbx_err
   }
   json_decref(j);
   if (r < 0)
-    sbx_index_free(out);
+    sbx__index_free(out);
   return r;
 }
 
-void sbx_index_free(struct sbx_index *ix)
+void sbx__index_free(struct sbx_index *ix)
 {
   for (size_t i = 0; i < ix->n; i++)
-    sbx_desc_free(&ix->v[i]);
+    sbx__desc_free(&ix->v[i]);
   free(ix->v);
   memset(ix, 0, sizeof *ix);
 }
 
-int sbx_manifest_parse(const char *json, size_t len, struct sbx_manifest *out, sbx_error_t *err)
+int sbx__manifest_parse(const char *json, size_t len, struct sbx_manifest *out, sbx_error_t *err)
 {
   memset(out, 0, sizeof *out);
   json_t *j = load(json, len, "manifest", err);
@@ -191,11 +191,11 @@ int sbx_manifest_parse(const char *json, size_t len, struct sbx_manifest *out, s
   json_t *ls = json_object_get(j, "layers");
   json_t *sv = json_object_get(j, "schemaVersion");
   if (!json_is_integer(sv) || json_integer_value(sv) != 2)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "manifest: schemaVersion must be 2");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "manifest: schemaVersion must be 2");
   else if (desc_parse(json_object_get(j, "config"), "manifest: config", &out->config, err) < 0)
     r = -1;
   else if (!json_is_array(ls))
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "manifest: layers must be an array");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "manifest: layers must be an array");
   if (r == 0) {
     out->layers = xzalloc((json_array_size(ls) + 1) * sizeof *out->layers);
     size_t i;
@@ -210,21 +210,21 @@ int sbx_manifest_parse(const char *json, size_t len, struct sbx_manifest *out, s
   }
   json_decref(j);
   if (r < 0)
-    sbx_manifest_free(out);
+    sbx__manifest_free(out);
   return r;
 }
 
-void sbx_manifest_free(struct sbx_manifest *m)
+void sbx__manifest_free(struct sbx_manifest *m)
 {
-  sbx_desc_free(&m->config);
+  sbx__desc_free(&m->config);
   for (size_t i = 0; i < m->n_layers; i++)
-    sbx_desc_free(&m->layers[i]);
+    sbx__desc_free(&m->layers[i]);
   free(m->layers);
   memset(m, 0, sizeof *m);
 }
 
-int sbx_image_config_parse(const char *json, size_t len, struct sbx_image_config *out,
-                           sbx_error_t *err)
+int sbx__image_config_parse(const char *json, size_t len, struct sbx_image_config *out,
+                            sbx_error_t *err)
 {
   memset(out, 0, sizeof *out);
   json_t *j = load(json, len, "image config", err);
@@ -235,41 +235,41 @@ int sbx_image_config_parse(const char *json, size_t len, struct sbx_image_config
   json_t *cfg = json_object_get(j, "config");
   if (!json_is_object(rootfs) || opt_strv(rootfs, "diff_ids", &out->diff_ids) < 0 ||
       json_object_get(rootfs, "diff_ids") == NULL)
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "image config: rootfs.diff_ids must be an array");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "image config: rootfs.diff_ids must be an array");
   for (size_t i = 0; r == 0 && i < out->diff_ids.n; i++)
-    if (!sbx_digest_valid(out->diff_ids.v[i]))
-      r = sbx_make_error(err, 0, SBX_E_INVALID,
-                         "image config: rootfs.diff_ids[%zu] must be sha256:<64 hex>", i);
+    if (!sbx__digest_valid(out->diff_ids.v[i]))
+      r = sbx__make_error(err, 0, SBX_E_INVALID,
+                          "image config: rootfs.diff_ids[%zu] must be sha256:<64 hex>", i);
   if (r == 0 && (opt_str(j, "created", &out->created) < 0 || opt_str(j, "os", &out->os) < 0 ||
                  opt_str(j, "architecture", &out->arch) < 0))
-    r = sbx_make_error(err, 0, SBX_E_INVALID,
-                       "image config: created, os and architecture must "
-                       "be strings");
+    r = sbx__make_error(err, 0, SBX_E_INVALID,
+                        "image config: created, os and architecture must "
+                        "be strings");
   if (r == 0 && cfg && !json_is_null(cfg) &&
       (!json_is_object(cfg) || opt_strv(cfg, "Env", &out->env) < 0 ||
        opt_strv(cfg, "Entrypoint", &out->entrypoint) < 0 || opt_strv(cfg, "Cmd", &out->cmd) < 0 ||
        opt_str(cfg, "WorkingDir", &out->workdir) < 0 || opt_str(cfg, "User", &out->user) < 0))
-    r = sbx_make_error(err, 0, SBX_E_INVALID,
-                       "image config: config.Env/Entrypoint/Cmd must be string arrays, "
-                       "WorkingDir/User strings");
+    r = sbx__make_error(err, 0, SBX_E_INVALID,
+                        "image config: config.Env/Entrypoint/Cmd must be string arrays, "
+                        "WorkingDir/User strings");
   for (size_t i = 0; r == 0 && i < out->env.n; i++) {
     const char *e = out->env.v[i], *eq = strchr(e, '=');
     if (eq == NULL || eq == e)
-      r = sbx_make_error(err, 0, SBX_E_INVALID, "image config: config.Env[%zu] is not KEY=VALUE",
-                         i);
+      r = sbx__make_error(err, 0, SBX_E_INVALID, "image config: config.Env[%zu] is not KEY=VALUE",
+                          i);
   }
   json_decref(j);
   if (r < 0)
-    sbx_image_config_free(out);
+    sbx__image_config_free(out);
   return r;
 }
 
-void sbx_image_config_free(struct sbx_image_config *c)
+void sbx__image_config_free(struct sbx_image_config *c)
 {
-  sbx_strv_free(&c->diff_ids);
-  sbx_strv_free(&c->env);
-  sbx_strv_free(&c->entrypoint);
-  sbx_strv_free(&c->cmd);
+  sbx__strv_free(&c->diff_ids);
+  sbx__strv_free(&c->env);
+  sbx__strv_free(&c->entrypoint);
+  sbx__strv_free(&c->cmd);
   free(c->workdir);
   free(c->user);
   free(c->created);
@@ -278,17 +278,17 @@ void sbx_image_config_free(struct sbx_image_config *c)
   memset(c, 0, sizeof *c);
 }
 
-int sbx_docker_manifest_parse(const char *json, size_t len, struct sbx_docker_manifest *out,
-                              sbx_error_t *err)
+int sbx__docker_manifest_parse(const char *json, size_t len, struct sbx_docker_manifest *out,
+                               sbx_error_t *err)
 {
   memset(out, 0, sizeof *out);
   json_error_t je;
   json_t *j = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
   if (j == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "manifest.json: not JSON (%s)", je.text);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "manifest.json: not JSON (%s)", je.text);
   int r = 0;
   if (!json_is_array(j) || json_array_size(j) == 0) {
-    r = sbx_make_error(err, 0, SBX_E_INVALID, "manifest.json: must be a non-empty array");
+    r = sbx__make_error(err, 0, SBX_E_INVALID, "manifest.json: must be a non-empty array");
   } else {
     out->v = xzalloc((json_array_size(j) + 1) * sizeof *out->v);
     size_t i;
@@ -300,26 +300,26 @@ int sbx_docker_manifest_parse(const char *json, size_t len, struct sbx_docker_ma
       if (!json_is_object(e) || opt_str(e, "Config", &d->config) < 0 || d->config == NULL ||
           opt_strv(e, "RepoTags", &d->tags) < 0 || !json_is_array(ls) ||
           opt_strv(e, "Layers", &d->layers) < 0) {
-        r = sbx_make_error(err, 0, SBX_E_INVALID,
-                           "manifest.json[%zu]: needs Config (a string), Layers (strings) and "
-                           "RepoTags (strings or null)",
-                           i);
+        r = sbx__make_error(err, 0, SBX_E_INVALID,
+                            "manifest.json[%zu]: needs Config (a string), Layers (strings) and "
+                            "RepoTags (strings or null)",
+                            i);
         break;
       }
     }
   }
   json_decref(j);
   if (r < 0)
-    sbx_docker_manifest_free(out);
+    sbx__docker_manifest_free(out);
   return r;
 }
 
-void sbx_docker_manifest_free(struct sbx_docker_manifest *m)
+void sbx__docker_manifest_free(struct sbx_docker_manifest *m)
 {
   for (size_t i = 0; i < m->n; i++) {
     free(m->v[i].config);
-    sbx_strv_free(&m->v[i].tags);
-    sbx_strv_free(&m->v[i].layers);
+    sbx__strv_free(&m->v[i].tags);
+    sbx__strv_free(&m->v[i].layers);
   }
   free(m->v);
   memset(m, 0, sizeof *m);
@@ -341,15 +341,16 @@ static const char *host_arch(void)
   return "amd64";
 }
 
-int sbx_index_pick(const struct sbx_index *ix, const char *platform, size_t *pick, sbx_error_t *err)
+int sbx__index_pick(const struct sbx_index *ix, const char *platform, size_t *pick,
+                    sbx_error_t *err)
 {
   cleanup_free char *want = xstrdup(platform ? platform : "");
   const char *os = "linux", *arch = host_arch(), *variant = NULL;
   if (platform) {
     char *a = strchr(want, '/');
     if (a == NULL || a == want || a[1] == '\0')
-      return sbx_make_error(err, 0, SBX_E_INVALID, "platform `%s`: expected OS/ARCH[/VARIANT]",
-                            platform);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "platform `%s`: expected OS/ARCH[/VARIANT]",
+                             platform);
     *a++ = '\0';
     char *v = strchr(a, '/');
     if (v)
@@ -358,7 +359,7 @@ int sbx_index_pick(const struct sbx_index *ix, const char *platform, size_t *pic
   }
   for (size_t i = 0; i < ix->n; i++) {
     const struct sbx_desc *d = &ix->v[i];
-    int kind = sbx_media_kind(d->media_type);
+    int kind = sbx__media_kind(d->media_type);
     if (kind != SBX_MEDIA_MANIFEST && kind != SBX_MEDIA_INDEX)
       continue;
     /* an entry without a platform (a single-image layout) fits any */
@@ -372,6 +373,6 @@ int sbx_index_pick(const struct sbx_index *ix, const char *platform, size_t *pic
       return 0;
     }
   }
-  return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "no image for platform %s/%s%s%s in the index", os,
-                        arch, variant ? "/" : "", variant ? variant : "");
+  return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no image for platform %s/%s%s%s in the index",
+                         os, arch, variant ? "/" : "", variant ? variant : "");
 }

@@ -103,28 +103,28 @@ static bool tag_valid(const char *t)
   return true;
 }
 
-int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
+int sbx__ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
 {
   if (s == NULL || *s == '\0')
-    return sbx_make_error(err, 0, SBX_E_INVALID, "empty image reference");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "empty image reference");
   size_t len = strlen(s);
   for (const char *c = s; *c; c++)
     if ((unsigned char) *c <= 0x20 || (unsigned char) *c >= 0x7f)
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "image reference has a space, a control or a non-ASCII character");
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "image reference has a space, a control or a non-ASCII character");
   if (len > SBX_REF_NAME_MAX + 1 + 128 + 1 + 7 + SBX_DIGEST_HEX)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "image reference is too long (%zu bytes)", len);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "image reference is too long (%zu bytes)", len);
   cleanup_free char *name = xstrdup(s);
   char *digest = NULL, *tag = NULL;
   char *at = strchr(name, '@');
   if (at) {
     *at = '\0';
     digest = at + 1;
-    if (!sbx_digest_valid(digest))
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "image reference `%s`: the digest must be sha256: and 64 lower-case "
-                            "hex digits",
-                            s);
+    if (!sbx__digest_valid(digest))
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "image reference `%s`: the digest must be sha256: and 64 lower-case "
+                             "hex digits",
+                             s);
   }
   /* a tag is after the last ':' that follows the last '/' (host:port/name has one before) */
   char *slash = strrchr(name, '/');
@@ -133,14 +133,14 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
     *colon = '\0';
     tag = colon + 1;
     if (!tag_valid(tag))
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "image reference `%s`: bad tag `%s` (letters, digits, _ . -, at most "
-                            "128, not starting with . or -)",
-                            s, tag);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "image reference `%s`: bad tag `%s` (letters, digits, _ . -, at most "
+                             "128, not starting with . or -)",
+                             s, tag);
   }
   if (strlen(name) > SBX_REF_NAME_MAX)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "image reference `%s`: name longer than %d", s,
-                          SBX_REF_NAME_MAX);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "image reference `%s`: name longer than %d", s,
+                           SBX_REF_NAME_MAX);
   const char *path = name;
   cleanup_free char *domain = NULL;
   char *first = strchr(name, '/');
@@ -148,8 +148,8 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
       (memchr(name, '.', (size_t) (first - name)) || memchr(name, ':', (size_t) (first - name)) ||
        (first - name == 9 && strncmp(name, "localhost", 9) == 0) || (name[0] == '['))) {
     if (!domain_valid(name, (size_t) (first - name)))
-      return sbx_make_error(err, 0, SBX_E_INVALID, "image reference `%s`: bad registry `%.*s`", s,
-                            (int) (first - name), name);
+      return sbx__make_error(err, 0, SBX_E_INVALID, "image reference `%s`: bad registry `%.*s`", s,
+                             (int) (first - name), name);
     domain = xstrndup(name, (size_t) (first - name));
     path = first + 1;
   } else {
@@ -163,10 +163,10 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t) (e - p) : strlen(p);
     if (!path_component(p, n))
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "image reference `%s`: bad name component `%.*s` (lower-case letters "
-                            "and digits, separated by . _ __ or -)",
-                            s, (int) n, p);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "image reference `%s`: bad name component `%.*s` (lower-case letters "
+                             "and digits, separated by . _ __ or -)",
+                             s, (int) n, p);
     if (e == NULL)
       break;
     p = e + 1;
@@ -176,9 +176,9 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
                    : xstrdup(path);
   if (strlen(domain) + 1 + strlen(full) > SBX_REF_NAME_MAX) {
     free(full);
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "image reference `%s`: the name with its registry is longer than %d", s,
-                          SBX_REF_NAME_MAX);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "image reference `%s`: the name with its registry is longer than %d", s,
+                           SBX_REF_NAME_MAX);
   }
   out->path = full;
   out->domain = domain;
@@ -188,19 +188,19 @@ int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err)
   return 0;
 }
 
-char *sbx_ref_store_name(const struct sbx_ref *r)
+char *sbx__ref_store_name(const struct sbx_ref *r)
 {
   if (r->digest)
     return xasprintf("%s/%s@%s", r->domain, r->path, r->digest);
   return xasprintf("%s/%s:%s", r->domain, r->path, r->tag);
 }
 
-const char *sbx_ref_reference(const struct sbx_ref *r)
+const char *sbx__ref_reference(const struct sbx_ref *r)
 {
   return r->digest ? r->digest : r->tag;
 }
 
-void sbx_ref_free(struct sbx_ref *r)
+void sbx__ref_free(struct sbx_ref *r)
 {
   free(r->domain);
   free(r->path);

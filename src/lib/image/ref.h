@@ -16,12 +16,12 @@ struct sbx_ref {
 };
 
 /* SBX_E_INVALID naming what is wrong; *out is untouched on error. */
-int sbx_ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err);
+int sbx__ref_parse(const char *s, struct sbx_ref *out, sbx_error_t *err);
 /* The name the store keeps: DOMAIN/PATH:TAG or DOMAIN/PATH@DIGEST (the store then drops
  * docker.io/library/). A tag and a digest: the digest wins (it is what is pulled). */
-char *sbx_ref_store_name(const struct sbx_ref *r);
+char *sbx__ref_store_name(const struct sbx_ref *r);
 /* The tag or the digest: what GET /v2/PATH/manifests/ takes. */
-const char *sbx_ref_reference(const struct sbx_ref *r);
-void sbx_ref_free(struct sbx_ref *r);
+const char *sbx__ref_reference(const struct sbx_ref *r);
+void sbx__ref_free(struct sbx_ref *r);
 
 #endif

@@ -1,6 +1,6 @@
 /* The registry transport (docs/images.md, "Pull"): the OCI distribution API over libcurl
  * (dlopen'd on first use, like the opensandbox backend's), writing an OCI layout that
- * sbx_image_import then checks and stores. Blobs are verified here too, while they stream, so a
+ * sbx__image_import then checks and stores. Blobs are verified here too, while they stream, so a
  * corrupted or truncated one is an error naming it before anything is imported; verified blobs
  * wait in tmp/pull-cache/ (under a per-blob flock: two pulls fetch a blob once) until the import
  * has them, so a pull killed at any point is resumed by the next one. */
@@ -124,7 +124,7 @@ static const struct sbx_registry *configured(const struct sbx_pull_opts *o, cons
   return NULL;
 }
 
-void sbx_pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o)
+void sbx__pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o)
 {
   o->registries = cfg->registries;
   o->n_registries = cfg->n_registries;
@@ -238,15 +238,15 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
         return 0;
       len = max > r->body.len ? max - r->body.len : 0;
     }
-    sbx_buf_append(&r->body, data, len);
+    sbx__buf_append(&r->body, data, len);
     return size * n;
   }
   if (r->status == 200 && r->range_from > 0 && !r->restarted) {
     /* the registry ignored the Range: start the file over */
     r->restarted = true;
     char junk[SBX_DIGEST_HEX + 1];
-    sbx_sha256_final(*r->sha, junk);
-    *r->sha = sbx_sha256_new();
+    sbx__sha256_final(*r->sha, junk);
+    *r->sha = sbx__sha256_new();
     *r->written = 0;
     if (ftruncate(r->fd, 0) < 0 || lseek(r->fd, 0, SEEK_SET) < 0) {
       r->write_failed = true;
@@ -267,7 +267,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
     }
     off += (size_t) w;
   }
-  sbx_sha256_update(*r->sha, data, len);
+  sbx__sha256_update(*r->sha, data, len);
   *r->written += len;
   progress(r->p, SBX_PULL_BYTES, r->digest, *r->written, r->limit);
   return len;
@@ -277,7 +277,7 @@ static void resp_free(struct resp *r)
 {
   free(r->ctype);
   free(r->www_auth);
-  sbx_buf_free(&r->body);
+  sbx__buf_free(&r->body);
 }
 
 /* The registry's own words from an error answer ({"errors":[{"code","message"}]}). */
@@ -321,8 +321,8 @@ static int http_error(const struct endpoint *ep, const char *what, const struct 
     why = r->status >= 500 ? "the registry failed" : "unexpected answer";
     kind = SBX_E_IO;
   }
-  return sbx_make_error(err, 0, kind, "registry %s, repository %s: %s: %s (HTTP %ld)%s", ep->domain,
-                        ep->repo, what, why, r->status, says);
+  return sbx__make_error(err, 0, kind, "registry %s, repository %s: %s: %s (HTTP %ld)%s",
+                         ep->domain, ep->repo, what, why, r->status, says);
 }
 
 static CURL *easy(const struct pull *p, const char *url, struct curl_slist *hdrs, struct resp *r)
@@ -381,7 +381,7 @@ static CURLcode get_once(struct pull *p, const char *url, const char *accept, co
 static char *basic_value(const char *user, const char *pass)
 {
   cleanup_free char *up = xasprintf("%s:%s", user, pass);
-  char *b = sbx_base64_encode(up, strlen(up));
+  char *b = sbx__base64_encode(up, strlen(up));
   char *v = xasprintf("Basic %s", b);
   explicit_bzero(up, strlen(up));
   explicit_bzero(b, strlen(b));
@@ -396,7 +396,7 @@ static int fetch_token(struct pull *p, struct endpoint *ep, const struct sbx_aut
 {
   CURL *esc = cu.easy_init();
   if (esc == NULL)
-    return sbx_make_error(err, ENOMEM, SBX_E_INTERNAL, "curl_easy_init");
+    return sbx__make_error(err, ENOMEM, SBX_E_INTERNAL, "curl_easy_init");
   cleanup_free char *scope_def = xasprintf("repository:%s:pull", ep->repo);
   char *svc = ch->service ? cu.easy_escape(esc, ch->service, 0) : NULL;
   char *scope = cu.easy_escape(esc, ch->scope ? ch->scope : scope_def, 0);
@@ -414,18 +414,18 @@ static int fetch_token(struct pull *p, struct endpoint *ep, const struct sbx_aut
     explicit_bzero(authz, strlen(authz));
   int ret = 0;
   if (rc != CURLE_OK)
-    ret = sbx_make_error(err, 0, SBX_E_IO, "registry %s: token server %s: %s", ep->domain,
-                         ch->realm, cu.easy_strerror(rc));
+    ret = sbx__make_error(err, 0, SBX_E_IO, "registry %s: token server %s: %s", ep->domain,
+                          ch->realm, cu.easy_strerror(rc));
   else if (r.status != 200)
-    ret = sbx_make_error(err, 0, r.status == 401 || r.status == 403 ? SBX_E_DENIED : SBX_E_IO,
-                         "registry %s, repository %s: the token server %s refused %s (HTTP %ld)",
-                         ep->domain, ep->repo, ch->realm,
-                         ep->user ? "the credentials" : "an anonymous pull", r.status);
+    ret = sbx__make_error(err, 0, r.status == 401 || r.status == 403 ? SBX_E_DENIED : SBX_E_IO,
+                          "registry %s, repository %s: the token server %s refused %s (HTTP %ld)",
+                          ep->domain, ep->repo, ch->realm,
+                          ep->user ? "the credentials" : "an anonymous pull", r.status);
   else {
     char *tok;
     long exp;
-    if (sbx_auth_token_parse(r.body.data, r.body.len, &tok, &exp, err) < 0)
-      ret = sbx_error_wrap(err, "registry %s: token server %s", ep->domain, ch->realm);
+    if (sbx__auth_token_parse(r.body.data, r.body.len, &tok, &exp, err) < 0)
+      ret = sbx__error_wrap(err, "registry %s: token server %s", ep->domain, ch->realm);
     else {
       pthread_mutex_lock(&ep->mu);
       free(ep->token);
@@ -463,31 +463,31 @@ static CURLcode api_get(struct pull *p, struct endpoint *ep, const char *path, c
     cleanup_free char *authz = authz_value(ep);
     free(r->www_auth);
     r->www_auth = NULL;
-    sbx_buf_free(&r->body);
+    sbx__buf_free(&r->body);
     CURLcode rc = get_once(p, url, accept, authz, range_from, r);
     if (authz)
       explicit_bzero(authz, strlen(authz));
     if (rc != CURLE_OK || r->status != 401 || round > 0 || r->www_auth == NULL)
       return rc;
     struct sbx_auth_challenge ch;
-    if (sbx_auth_challenge_parse(r->www_auth, strlen(r->www_auth), &ch, err) < 0) {
-      *failed = sbx_error_wrap(err, "registry %s", ep->domain);
+    if (sbx__auth_challenge_parse(r->www_auth, strlen(r->www_auth), &ch, err) < 0) {
+      *failed = sbx__error_wrap(err, "registry %s", ep->domain);
       return CURLE_OK;
     }
     int ret = 0;
     if (ch.scheme == SBX_AUTH_BEARER)
       ret = fetch_token(p, ep, &ch, err);
     else if (ep->user == NULL)
-      ret = sbx_make_error(err, 0, SBX_E_DENIED,
-                           "registry %s, repository %s: the registry asks for a user name and "
-                           "password (none configured)",
-                           ep->domain, ep->repo);
+      ret = sbx__make_error(err, 0, SBX_E_DENIED,
+                            "registry %s, repository %s: the registry asks for a user name and "
+                            "password (none configured)",
+                            ep->domain, ep->repo);
     else {
       pthread_mutex_lock(&ep->mu);
       ep->basic = true;
       pthread_mutex_unlock(&ep->mu);
     }
-    sbx_auth_challenge_free(&ch);
+    sbx__auth_challenge_free(&ch);
     if (ret < 0) {
       *failed = -1;
       return CURLE_OK;
@@ -526,9 +526,9 @@ static const char ACCEPT_MANIFEST[] = "application/vnd.oci.image.index.v1+json, 
 static char *sha256_hex(const void *p, size_t n)
 {
   char hex[SBX_DIGEST_HEX + 1];
-  sbx_sha256_ctx *c = sbx_sha256_new();
-  sbx_sha256_update(c, p, n);
-  sbx_sha256_final(c, hex);
+  sbx_sha256_ctx *c = sbx__sha256_new();
+  sbx__sha256_update(c, p, n);
+  sbx__sha256_final(c, hex);
   return xasprintf("sha256:%s", hex);
 }
 
@@ -549,9 +549,9 @@ static int get_manifest(struct pull *p, struct endpoint *ep, const char *referen
       break;
     }
     if (r.too_large) {
-      ret = sbx_make_error(err, 0, SBX_E_TOO_LARGE,
-                           "registry %s, repository %s: %s is larger than %u bytes", ep->domain,
-                           ep->repo, what, SBX_PULL_MANIFEST_MAX);
+      ret = sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                            "registry %s, repository %s: %s is larger than %u bytes", ep->domain,
+                            ep->repo, what, SBX_PULL_MANIFEST_MAX);
       break;
     }
     if (rc == CURLE_OK && r.status == 200)
@@ -561,8 +561,8 @@ static int get_manifest(struct pull *p, struct endpoint *ep, const char *referen
       continue;
     }
     if (rc != CURLE_OK)
-      ret = sbx_make_error(err, 0, SBX_E_IO, "registry %s, repository %s: %s: %s", ep->domain,
-                           ep->repo, what, cu.easy_strerror(rc));
+      ret = sbx__make_error(err, 0, SBX_E_IO, "registry %s, repository %s: %s: %s", ep->domain,
+                            ep->repo, what, cu.easy_strerror(rc));
     else
       ret = http_error(ep, what, &r, err);
     break;
@@ -570,9 +570,9 @@ static int get_manifest(struct pull *p, struct endpoint *ep, const char *referen
   if (ret == 0) {
     *digest = sha256_hex(r.body.data ? r.body.data : "", r.body.len);
     if (want && strcmp(want, *digest) != 0) {
-      ret = sbx_make_error(err, 0, SBX_E_INVALID,
-                           "registry %s, repository %s: %s has digest %s, not the %s asked for",
-                           ep->domain, ep->repo, what, *digest, want);
+      ret = sbx__make_error(err, 0, SBX_E_INVALID,
+                            "registry %s, repository %s: %s has digest %s, not the %s asked for",
+                            ep->domain, ep->repo, what, *digest, want);
       free(*digest);
       *digest = NULL;
     }
@@ -580,7 +580,7 @@ static int get_manifest(struct pull *p, struct endpoint *ep, const char *referen
   if (ret == 0) {
     /* the Content-Type, else the document's own mediaType */
     char *mt = r.ctype ? xstrndup(r.ctype, strcspn(r.ctype, "; ")) : NULL;
-    if (mt == NULL || sbx_media_kind(mt) == SBX_MEDIA_UNKNOWN) {
+    if (mt == NULL || sbx__media_kind(mt) == SBX_MEDIA_UNKNOWN) {
       json_t *j = json_loadb(r.body.data ? r.body.data : "", r.body.len, 0, NULL);
       const char *m = json_string_value(json_object_get(j, "mediaType"));
       if (m) {
@@ -591,7 +591,7 @@ static int get_manifest(struct pull *p, struct endpoint *ep, const char *referen
     }
     *media = mt ? mt : xstrdup("");
     *len = r.body.len;
-    *body = sbx_buf_steal(&r.body);
+    *body = sbx__buf_steal(&r.body);
   }
   resp_free(&r);
   return ret;
@@ -623,7 +623,7 @@ static int hash_existing(int fd, sbx_sha256_ctx *sha, uint64_t *n)
       return -1;
     if (r == 0)
       return 0;
-    sbx_sha256_update(sha, buf, (size_t) r);
+    sbx__sha256_update(sha, buf, (size_t) r);
     *n += (uint64_t) r;
   }
 }
@@ -642,11 +642,11 @@ static int fetch_blob(struct pull *p, const struct sbx_desc *d, sbx_error_t *err
   }
   cleanup_close int cfd = open(p->cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (cfd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "open `%s`", p->cache);
+    return sbx__make_error(err, errno, SBX_E_IO, "open `%s`", p->cache);
   cleanup_free char *lockname = xasprintf("%s.lock", hex);
   cleanup_close int lk = openat(cfd, lockname, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lk < 0 || TEMP_FAILURE_RETRY(flock(lk, LOCK_EX)) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "lock `%s/%s`", p->cache, lockname);
+    return sbx__make_error(err, errno, SBX_E_IO, "lock `%s/%s`", p->cache, lockname);
   /* another pull may have fetched it while this one waited */
   if ((sfd >= 0 && link_into(sfd, hex, lay, hex) == 0) || link_into(cfd, hex, lay, hex) == 0) {
     progress(p, SBX_PULL_CACHED, d->digest, (uint64_t) d->size, (uint64_t) d->size);
@@ -655,35 +655,35 @@ static int fetch_blob(struct pull *p, const struct sbx_desc *d, sbx_error_t *err
   cleanup_free char *partname = xasprintf("%s.part", hex);
   cleanup_close int fd = openat(cfd, partname, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "create `%s/%s`", p->cache, partname);
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s/%s`", p->cache, partname);
   /* what a killed pull left: kept when it is a prefix, checked with the rest at the end */
-  sbx_sha256_ctx *sha = sbx_sha256_new();
+  sbx_sha256_ctx *sha = sbx__sha256_new();
   uint64_t written = 0;
   if (hash_existing(fd, sha, &written) < 0) {
     char junk[SBX_DIGEST_HEX + 1];
-    sbx_sha256_final(sha, junk);
-    return sbx_make_error(err, errno, SBX_E_IO, "read `%s/%s`", p->cache, partname);
+    sbx__sha256_final(sha, junk);
+    return sbx__make_error(err, errno, SBX_E_IO, "read `%s/%s`", p->cache, partname);
   }
   if (written > (uint64_t) d->size) {
     char junk[SBX_DIGEST_HEX + 1];
-    sbx_sha256_final(sha, junk);
-    sha = sbx_sha256_new();
+    sbx__sha256_final(sha, junk);
+    sha = sbx__sha256_new();
     written = 0;
     if (ftruncate(fd, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "truncate `%s/%s`", p->cache, partname);
+      return sbx__make_error(err, errno, SBX_E_IO, "truncate `%s/%s`", p->cache, partname);
   }
   cleanup_free char *path = xasprintf("%s/blobs/%s", ep->repo, d->digest);
   cleanup_free char *what = xasprintf("blob %s", d->digest);
   int ret = 0;
   for (int attempt = 0;; attempt++) {
     if (atomic_load(&p->failed)) {
-      ret = sbx_make_error(err, 0, SBX_E_IO, "stopped");
+      ret = sbx__make_error(err, 0, SBX_E_IO, "stopped");
       break;
     }
     if (written == (uint64_t) d->size)
       break;
     if (lseek(fd, 0, SEEK_END) < 0) {
-      ret = sbx_make_error(err, errno, SBX_E_IO, "seek `%s/%s`", p->cache, partname);
+      ret = sbx__make_error(err, errno, SBX_E_IO, "seek `%s/%s`", p->cache, partname);
       break;
     }
     struct resp r = {.fd = fd,
@@ -699,12 +699,12 @@ static int fetch_blob(struct pull *p, const struct sbx_desc *d, sbx_error_t *err
     if (failed)
       ret = -1;
     else if (r.too_large)
-      ret = sbx_make_error(err, 0, SBX_E_INVALID,
-                           "registry %s, repository %s: %s is larger than its descriptor says "
-                           "(%lld bytes)",
-                           ep->domain, ep->repo, what, (long long) d->size);
+      ret = sbx__make_error(err, 0, SBX_E_INVALID,
+                            "registry %s, repository %s: %s is larger than its descriptor says "
+                            "(%lld bytes)",
+                            ep->domain, ep->repo, what, (long long) d->size);
     else if (r.write_failed)
-      ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s/%s`", p->cache, partname);
+      ret = sbx__make_error(err, errno, SBX_E_IO, "write `%s/%s`", p->cache, partname);
     else if (rc == CURLE_OK && status == 416 && written == (uint64_t) d->size)
       ret = 0;
     else if (rc == CURLE_OK && (status == 200 || status == 206) && written == (uint64_t) d->size)
@@ -719,7 +719,7 @@ static int fetch_blob(struct pull *p, const struct sbx_desc *d, sbx_error_t *err
           attempt = -1;
         continue;
       }
-      ret = sbx_make_error(
+      ret = sbx__make_error(
           err, 0, SBX_E_IO, "registry %s, repository %s: %s ended after %llu of %lld bytes",
           ep->domain, ep->repo, what, (unsigned long long) written, (long long) d->size);
     } else if (retryable(rc, status) && attempt + 1 < ATTEMPTS) {
@@ -730,28 +730,28 @@ static int fetch_blob(struct pull *p, const struct sbx_desc *d, sbx_error_t *err
         attempt = -1; /* progress was made: a fresh set of attempts */
       continue;
     } else if (rc != CURLE_OK)
-      ret = sbx_make_error(err, 0, SBX_E_IO, "registry %s, repository %s: %s: %s", ep->domain,
-                           ep->repo, what, cu.easy_strerror(rc));
+      ret = sbx__make_error(err, 0, SBX_E_IO, "registry %s, repository %s: %s: %s", ep->domain,
+                            ep->repo, what, cu.easy_strerror(rc));
     else
       ret = http_error(ep, what, &r, err);
     resp_free(&r);
     break;
   }
   char got[SBX_DIGEST_HEX + 1];
-  sbx_sha256_final(sha, got);
+  sbx__sha256_final(sha, got);
   if (ret < 0)
     return -1;
   if (strcmp(got, hex) != 0) {
     unlinkat(cfd, partname, 0); /* a bad copy: the next pull starts over */
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "registry %s, repository %s: %s does not match its digest (got "
-                          "sha256:%s): corrupted in the registry or on the way",
-                          ep->domain, ep->repo, what, got);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "registry %s, repository %s: %s does not match its digest (got "
+                           "sha256:%s): corrupted in the registry or on the way",
+                           ep->domain, ep->repo, what, got);
   }
   if (fsync(fd) < 0 || renameat(cfd, partname, cfd, hex) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "store `%s/%s`", p->cache, hex);
+    return sbx__make_error(err, errno, SBX_E_IO, "store `%s/%s`", p->cache, hex);
   if (link_into(cfd, hex, lay, hex) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "link `%s` into `%s`", hex, lay);
+    return sbx__make_error(err, errno, SBX_E_IO, "link `%s` into `%s`", hex, lay);
   progress(p, SBX_PULL_DONE, d->digest, (uint64_t) d->size, (uint64_t) d->size);
   return 0;
 }
@@ -803,15 +803,15 @@ static int write_at(const char *dir, const char *name, const void *data, size_t 
                     sbx_error_t *err)
 {
   cleanup_free char *path = xasprintf("%s/%s", dir, name);
-  if (sbx_write_file_at(AT_FDCWD, path, data, len, 0644, false) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "write `%s`", path);
+  if (sbx__write_file_at(AT_FDCWD, path, data, len, 0644, false) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "write `%s`", path);
   return 0;
 }
 
 static int mkdir_ok(const char *path, sbx_error_t *err)
 {
   if (mkdir(path, 0755) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_IO, "create `%s`", path);
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", path);
   return 0;
 }
 
@@ -821,22 +821,22 @@ static int resolve(struct pull *p, const struct sbx_ref *ref, struct sbx_manifes
 {
   cleanup_free char *body = NULL, *media = NULL, *digest = NULL;
   size_t len = 0;
-  if (get_manifest(p, p->ep, sbx_ref_reference(ref), ref->digest, &body, &len, &media, &digest,
+  if (get_manifest(p, p->ep, sbx__ref_reference(ref), ref->digest, &body, &len, &media, &digest,
                    err) < 0)
     return -1;
-  int kind = sbx_media_kind(media);
+  int kind = sbx__media_kind(media);
   if (kind == SBX_MEDIA_INDEX) {
     struct sbx_index ix;
-    if (sbx_index_parse(body, len, &ix, err) < 0)
-      return sbx_error_wrap(err, "registry %s, repository %s: manifest list", p->ep->domain,
-                            p->ep->repo);
+    if (sbx__index_parse(body, len, &ix, err) < 0)
+      return sbx__error_wrap(err, "registry %s, repository %s: manifest list", p->ep->domain,
+                             p->ep->repo);
     size_t pick = 0;
-    int r = sbx_index_pick(&ix, p->o ? p->o->platform : NULL, &pick, err);
+    int r = sbx__index_pick(&ix, p->o ? p->o->platform : NULL, &pick, err);
     char *want = r == 0 ? xstrdup(ix.v[pick].digest) : NULL;
     int64_t want_size = r == 0 ? ix.v[pick].size : 0;
-    sbx_index_free(&ix);
+    sbx__index_free(&ix);
     if (r < 0)
-      return sbx_error_wrap(err, "registry %s, repository %s", p->ep->domain, p->ep->repo);
+      return sbx__error_wrap(err, "registry %s, repository %s", p->ep->domain, p->ep->repo);
     free(body);
     free(media);
     free(digest);
@@ -846,20 +846,20 @@ static int resolve(struct pull *p, const struct sbx_ref *ref, struct sbx_manifes
     if (r < 0)
       return -1;
     if ((int64_t) len != want_size)
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "registry %s, repository %s: manifest %s has %zu bytes, the list "
-                            "says %lld",
-                            p->ep->domain, p->ep->repo, digest, len, (long long) want_size);
-    kind = sbx_media_kind(media);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "registry %s, repository %s: manifest %s has %zu bytes, the list "
+                             "says %lld",
+                             p->ep->domain, p->ep->repo, digest, len, (long long) want_size);
+    kind = sbx__media_kind(media);
   }
   if (kind != SBX_MEDIA_MANIFEST)
-    return sbx_make_error(err, 0, SBX_E_INVALID,
-                          "registry %s, repository %s: unsupported manifest type `%s` (OCI and "
-                          "Docker schema 2 are)",
-                          p->ep->domain, p->ep->repo, media);
-  if (sbx_manifest_parse(body, len, m, err) < 0)
-    return sbx_error_wrap(err, "registry %s, repository %s: manifest %s", p->ep->domain,
-                          p->ep->repo, digest);
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "registry %s, repository %s: unsupported manifest type `%s` (OCI and "
+                           "Docker schema 2 are)",
+                           p->ep->domain, p->ep->repo, media);
+  if (sbx__manifest_parse(body, len, m, err) < 0)
+    return sbx__error_wrap(err, "registry %s, repository %s: manifest %s", p->ep->domain,
+                           p->ep->repo, digest);
   cleanup_free char *blobs = xasprintf("%s/blobs/sha256", p->work);
   if (write_at(blobs, digest + 7, body, len, err) < 0)
     return -1;
@@ -878,9 +878,9 @@ static int resolve(struct pull *p, const struct sbx_ref *ref, struct sbx_manifes
 static int check_bounds(struct pull *p, const struct sbx_manifest *m, sbx_error_t *err)
 {
   if (m->n_layers > SBX_PULL_LAYERS_MAX)
-    return sbx_make_error(err, 0, SBX_E_TOO_LARGE,
-                          "registry %s, repository %s: %zu layers (at most %d)", p->ep->domain,
-                          p->ep->repo, m->n_layers, SBX_PULL_LAYERS_MAX);
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "registry %s, repository %s: %zu layers (at most %d)", p->ep->domain,
+                           p->ep->repo, m->n_layers, SBX_PULL_LAYERS_MAX);
   uint64_t max =
       p->o && p->o->limits.max_bytes ? p->o->limits.max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   uint64_t total = 0;
@@ -889,24 +889,24 @@ static int check_bounds(struct pull *p, const struct sbx_manifest *m, sbx_error_
   for (size_t i = 0; i < m->n_layers; i++)
     all[i + 1] = &m->layers[i];
   for (size_t i = 0; i <= m->n_layers; i++) {
-    if (!sbx_digest_valid(all[i]->digest) || all[i]->size < 0)
-      return sbx_make_error(err, 0, SBX_E_INVALID,
-                            "registry %s, repository %s: a descriptor without a sha256 digest "
-                            "and a size",
-                            p->ep->domain, p->ep->repo);
+    if (!sbx__digest_valid(all[i]->digest) || all[i]->size < 0)
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "registry %s, repository %s: a descriptor without a sha256 digest "
+                             "and a size",
+                             p->ep->domain, p->ep->repo);
     total += (uint64_t) all[i]->size;
   }
   if (m->config.size > (int64_t) SBX_PULL_MANIFEST_MAX)
-    return sbx_make_error(err, 0, SBX_E_TOO_LARGE,
-                          "registry %s, repository %s: the config is %lld bytes (at most %u)",
-                          p->ep->domain, p->ep->repo, (long long) m->config.size,
-                          SBX_PULL_MANIFEST_MAX);
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "registry %s, repository %s: the config is %lld bytes (at most %u)",
+                           p->ep->domain, p->ep->repo, (long long) m->config.size,
+                           SBX_PULL_MANIFEST_MAX);
   if (total > max)
-    return sbx_make_error(err, 0, SBX_E_TOO_LARGE,
-                          "registry %s, repository %s: the image is %llu MiB compressed, over "
-                          "the limit of %llu MiB (sandbox.image_layer_max_mib)",
-                          p->ep->domain, p->ep->repo, (unsigned long long) (total >> 20),
-                          (unsigned long long) (max >> 20));
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "registry %s, repository %s: the image is %llu MiB compressed, over "
+                           "the limit of %llu MiB (sandbox.image_layer_max_mib)",
+                           p->ep->domain, p->ep->repo, (unsigned long long) (total >> 20),
+                           (unsigned long long) (max >> 20));
   /* the config and each distinct layer once */
   p->blobs = xzalloc((m->n_layers + 1) * sizeof *p->blobs);
   for (size_t i = 0; i <= m->n_layers; i++) {
@@ -947,8 +947,8 @@ static int credentials(struct endpoint *ep, const struct sbx_pull_opts *o, sbx_e
     ep->pass = xstrdup(cr->password);
     return 0;
   }
-  return sbx_auth_lookup(o ? o->auth_file : NULL, ep->domain, &ep->user, &ep->pass, err) < 0 ? -1
-                                                                                             : 0;
+  return sbx__auth_lookup(o ? o->auth_file : NULL, ep->domain, &ep->user, &ep->pass, err) < 0 ? -1
+                                                                                              : 0;
 }
 
 /* One attempt on one endpoint: resolve and fetch every blob into the layout. */
@@ -966,7 +966,7 @@ static int pull_from(struct pull *p, const struct sbx_ref *ref, sbx_error_t *err
   p->n_blobs = 0;
   atomic_store(&p->next, 0);
   atomic_store(&p->failed, false);
-  sbx_manifest_free(&m);
+  sbx__manifest_free(&m);
   return r;
 }
 
@@ -985,34 +985,34 @@ static void drop_cached(struct pull *p)
   closedir(d);
 }
 
-int sbx_image_pull(const char *home, const char *refstr, const struct sbx_pull_opts *o, char **name,
-                   sbx_error_t *err)
+int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_opts *o,
+                    char **name, sbx_error_t *err)
 {
   if (name)
     *name = NULL;
   struct sbx_ref ref;
-  if (sbx_ref_parse(refstr, &ref, err) < 0)
+  if (sbx__ref_parse(refstr, &ref, err) < 0)
     return -1;
   pthread_once(&cu_once, cu_load);
   if (!cu.ok) {
-    sbx_ref_free(&ref);
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "pull: %s (apt-get install libcurl4)",
-                          cu.error);
+    sbx__ref_free(&ref);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "pull: %s (apt-get install libcurl4)",
+                           cu.error);
   }
-  if (sbx_image_dl(err) < 0) {
-    sbx_ref_free(&ref);
+  if (sbx__image_dl(err) < 0) {
+    sbx__ref_free(&ref);
     return -1;
   }
   struct pull p = {.home = home, .o = o};
   pthread_mutex_init(&p.err_mu, NULL);
   pthread_mutex_init(&p.prog_mu, NULL);
-  p.store = sbx_image_dir(home);
+  p.store = sbx__image_dir(home);
   cleanup_free char *tmp = xasprintf("%s/tmp", p.store);
   cleanup_free char *blobs0 = xasprintf("%s/blobs", p.store);
   cleanup_free char *blobs1 = xasprintf("%s/blobs/sha256", p.store);
   p.cache = xasprintf("%s/pull-cache", tmp);
   char wname[] = "pull-XXXXXXXX";
-  sbx_random_hex(wname + 5, 8);
+  sbx__random_hex(wname + 5, 8);
   p.work = xasprintf("%s/%s", tmp, wname);
   cleanup_free char *wb0 = xasprintf("%s/blobs", p.work);
   cleanup_free char *wb1 = xasprintf("%s/blobs/sha256", p.work);
@@ -1040,7 +1040,7 @@ int sbx_image_pull(const char *home, const char *refstr, const struct sbx_pull_o
       sbx_error_t e = NULL;
       r = credentials(&ep, o, &e) < 0 ? -1 : pull_from(&p, &ref, &e);
       if (r < 0)
-        sbx_log(SBX_LOG_INFO, "pull %s: mirror %s: %s", refstr, mir, e ? e->msg : "failed");
+        sbx__log(SBX_LOG_INFO, "pull %s: mirror %s: %s", refstr, mir, e ? e->msg : "failed");
       sbx_error_release(&e);
       endpoint_free(&ep);
       p.ep = NULL;
@@ -1054,32 +1054,32 @@ int sbx_image_pull(const char *home, const char *refstr, const struct sbx_pull_o
       p.ep = NULL;
     }
   }
-  cleanup_free char *sname = sbx_ref_store_name(&ref);
+  cleanup_free char *sname = sbx__ref_store_name(&ref);
   if (r == 0) {
     progress(&p, SBX_PULL_IMPORT, NULL, 0, 0);
     struct sbx_image_import_opts io = {.name = sname};
     if (o)
       io.limits = o->limits;
     sbx_strv_t names = {0};
-    r = sbx_image_import(home, p.work, &io, &names, err);
+    r = sbx__image_import(home, p.work, &io, &names, err);
     if (r < 0)
-      sbx_error_wrap(err, "pull %s", refstr);
+      sbx__error_wrap(err, "pull %s", refstr);
     else {
       drop_cached(&p);
       if (name)
-        *name = names.n ? xstrdup(names.v[0]) : sbx_image_normalize(sname);
+        *name = names.n ? xstrdup(names.v[0]) : sbx__image_normalize(sname);
     }
-    sbx_strv_free(&names);
+    sbx__strv_free(&names);
   }
   cleanup_close int tfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (tfd >= 0)
-    sbx_rm_rf_at(tfd, wname);
+    sbx__rm_rf_at(tfd, wname);
   free(p.store);
   free(p.work);
   free(p.cache);
   pthread_mutex_destroy(&p.err_mu);
   pthread_mutex_destroy(&p.prog_mu);
-  sbx_ref_free(&ref);
+  sbx__ref_free(&ref);
   return r;
 }
 
@@ -1089,43 +1089,43 @@ static void log_progress(void *ctx, const struct sbx_pull_event *ev)
   const char *ref = ctx;
   switch (ev->state) {
   case SBX_PULL_RESOLVED:
-    sbx_log(SBX_LOG_INFO, "pull %s: manifest %s", ref, ev->digest);
+    sbx__log(SBX_LOG_INFO, "pull %s: manifest %s", ref, ev->digest);
     break;
   case SBX_PULL_CACHED:
-    sbx_log(SBX_LOG_INFO, "pull %s: %s already in the store", ref, ev->digest);
+    sbx__log(SBX_LOG_INFO, "pull %s: %s already in the store", ref, ev->digest);
     break;
   case SBX_PULL_DONE:
-    sbx_log(SBX_LOG_INFO, "pull %s: %s fetched (%llu bytes), verified", ref, ev->digest,
-            (unsigned long long) ev->total);
+    sbx__log(SBX_LOG_INFO, "pull %s: %s fetched (%llu bytes), verified", ref, ev->digest,
+             (unsigned long long) ev->total);
     break;
   case SBX_PULL_IMPORT:
-    sbx_log(SBX_LOG_INFO, "pull %s: importing", ref);
+    sbx__log(SBX_LOG_INFO, "pull %s: importing", ref);
     break;
   default:
     break;
   }
 }
 
-int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
-                     sbx_error_t *err)
+int sbx__image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
+                      sbx_error_t *err)
 {
   if (name == NULL || strcmp(name, "host") == 0)
     return 0;
   struct sbx_image_rootfs rf;
   sbx_error_t e = NULL;
-  if (sbx_image_resolve(home, name, &rf, &e) == 0) {
-    sbx_image_rootfs_free(&rf);
+  if (sbx__image_resolve(home, name, &rf, &e) == 0) {
+    sbx__image_rootfs_free(&rf);
     return 0;
   }
   struct sbx_ref ref;
-  if (e->kind != SBX_E_NOT_FOUND || sbx_ref_parse(name, &ref, NULL) < 0) {
+  if (e->kind != SBX_E_NOT_FOUND || sbx__ref_parse(name, &ref, NULL) < 0) {
     if (err && *err == NULL)
       *err = e;
     else
       sbx_error_release(&e);
     return -1;
   }
-  sbx_ref_free(&ref);
+  sbx__ref_free(&ref);
   /* SBX_PULL=never: the store only (offline hosts; the test suites, which never leave
    * loopback) */
   const char *pol = getenv("SBX_PULL");
@@ -1134,10 +1134,10 @@ int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_o
       *err = e;
     else
       sbx_error_release(&e);
-    return sbx_error_wrap(err, "SBX_PULL=never");
+    return sbx__error_wrap(err, "SBX_PULL=never");
   }
   sbx_error_release(&e);
-  sbx_log(SBX_LOG_INFO, "image %s is not in the store: pulling it", name);
+  sbx__log(SBX_LOG_INFO, "image %s is not in the store: pulling it", name);
   struct sbx_pull_opts lo = {0};
   if (o)
     lo = *o;
@@ -1145,7 +1145,7 @@ int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_o
     lo.progress = log_progress;
     lo.progress_ctx = (void *) name;
   }
-  if (sbx_image_pull(home, name, &lo, NULL, err) < 0)
-    return sbx_error_wrap(err, "image `%s` is not in the store, and pulling it failed", name);
+  if (sbx__image_pull(home, name, &lo, NULL, err) < 0)
+    return sbx__error_wrap(err, "image `%s` is not in the store, and pulling it failed", name);
   return 0;
 }

@@ -1,7 +1,7 @@
 /* Pull from a registry (the OCI distribution API over libcurl, loaded on first use): resolve a
  * reference, fetch its manifest (an index picks the platform), config and layers into an OCI
  * layout under the store's tmp/, every blob checked against its digest while it streams, then
- * hand the layout to sbx_image_import, which does every check the store relies on. */
+ * hand the layout to sbx__image_import, which does every check the store relies on. */
 #ifndef SBX_IMAGE_REGISTRY_H
 #define SBX_IMAGE_REGISTRY_H
 
@@ -52,14 +52,14 @@ struct sbx_pull_opts {
 
 struct sbx_config;
 /* o from the configuration: registries, registry_mirrors, the layer limits. */
-void sbx_pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o);
+void sbx__pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_opts *o);
 
 /* Pulls ref (Docker's grammar) into the store under its normalised name, which *name gets. */
-int sbx_image_pull(const char *home, const char *ref, const struct sbx_pull_opts *o, char **name,
-                   sbx_error_t *err);
+int sbx__image_pull(const char *home, const char *ref, const struct sbx_pull_opts *o, char **name,
+                    sbx_error_t *err);
 /* What a sandbox start calls: 0 if name is `host` or in the store; otherwise, if it is a
  * reference, pulls it (SBX_E_NOT_FOUND from the store when it is not one). */
-int sbx_image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
-                     sbx_error_t *err);
+int sbx__image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
+                      sbx_error_t *err);
 
 #endif

@@ -12,7 +12,7 @@
 
 #define INDEX_MAX (64u << 20)
 
-char *sbx_image_dir(const char *home)
+char *sbx__image_dir(const char *home)
 {
   char real[PATH_MAX];
   if (realpath(home, real) == NULL)
@@ -22,26 +22,26 @@ char *sbx_image_dir(const char *home)
 
 int sbx__image_lock(const char *home, const char *name, int how, sbx_error_t *err)
 {
-  return sbx_lock_take(home, name, how == LOCK_EX, false, err);
+  return sbx__lock_take(home, name, how == LOCK_EX, false, err);
 }
 
 static json_t *index_load(const char *home, sbx_error_t *err)
 {
-  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *dir = sbx__image_dir(home);
   cleanup_free char *path = xasprintf("%s/index.json", dir);
   cleanup_free char *data = NULL;
   size_t len = 0;
-  if (sbx_read_file_at(AT_FDCWD, path, INDEX_MAX, &data, &len) < 0) {
+  if (sbx__read_file_at(AT_FDCWD, path, INDEX_MAX, &data, &len) < 0) {
     if (errno == ENOENT)
       return json_pack("{s:{}}", "images");
-    sbx_make_error(err, errno, SBX_E_IO, "read `%s`", path);
+    sbx__make_error(err, errno, SBX_E_IO, "read `%s`", path);
     return NULL;
   }
   json_error_t je;
   json_t *j = json_loadb(data, len, 0, &je);
   if (!json_is_object(j) || !json_is_object(json_object_get(j, "images"))) {
     json_decref(j);
-    sbx_make_error(err, 0, SBX_E_INTERNAL, "`%s` is damaged (%s)", path, je.text);
+    sbx__make_error(err, 0, SBX_E_INTERNAL, "`%s` is damaged (%s)", path, je.text);
     return NULL;
   }
   return j;
@@ -49,11 +49,11 @@ static json_t *index_load(const char *home, sbx_error_t *err)
 
 static int index_save(const char *home, json_t *j, sbx_error_t *err)
 {
-  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *dir = sbx__image_dir(home);
   cleanup_free char *path = xasprintf("%s/index.json", dir);
   cleanup_free char *s = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
-  if (s == NULL || sbx_write_file_at(AT_FDCWD, path, s, strlen(s), 0644, true) < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "write `%s`", path);
+  if (s == NULL || sbx__write_file_at(AT_FDCWD, path, s, strlen(s), 0644, true) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "write `%s`", path);
   return 0;
 }
 
@@ -81,15 +81,15 @@ static int count_users(const char *home, const char *name)
   for (int pool = 0; pool < 2; pool++) {
     cleanup_free char *h = pool ? xasprintf("%s/spare", home) : xstrdup(home);
     sbx_strv_t ids = {0};
-    if (sbx_state_list_ids(h, &ids, NULL) < 0)
+    if (sbx__state_list_ids(h, &ids, NULL) < 0)
       continue;
     for (size_t i = 0; i < ids.n; i++) {
       struct sbx_meta m = {0};
-      if (sbx_meta_read(h, ids.v[i], &m, NULL) == 0 && m.image && strcmp(m.image, name) == 0)
+      if (sbx__meta_read(h, ids.v[i], &m, NULL) == 0 && m.image && strcmp(m.image, name) == 0)
         n++;
-      sbx_meta_free(&m);
+      sbx__meta_free(&m);
     }
-    sbx_strv_free(&ids);
+    sbx__strv_free(&ids);
   }
   return n;
 }
@@ -99,7 +99,7 @@ static uint64_t entry_size(json_t *e)
   return (uint64_t) json_integer_value(json_object_get(e, "size"));
 }
 
-int sbx_image_list(const char *home, struct sbx_image_info **out, size_t *n, sbx_error_t *err)
+int sbx__image_list(const char *home, struct sbx_image_info **out, size_t *n, sbx_error_t *err)
 {
   *out = NULL;
   *n = 0;
@@ -125,7 +125,7 @@ int sbx_image_list(const char *home, struct sbx_image_info **out, size_t *n, sbx
   return 0;
 }
 
-void sbx_image_info_free(struct sbx_image_info *v, size_t n)
+void sbx__image_info_free(struct sbx_image_info *v, size_t n)
 {
   for (size_t i = 0; i < n; i++) {
     free(v[i].name);
@@ -139,13 +139,13 @@ static void push_strs(json_t *a, sbx_strv_t *out)
 {
   size_t i;
   json_t *e;
-  json_array_foreach(a, i, e) if (json_is_string(e)) sbx_strv_push(out, json_string_value(e));
+  json_array_foreach(a, i, e) if (json_is_string(e)) sbx__strv_push(out, json_string_value(e));
 }
 
 /* The entry for name: by name, else by digest (or a prefix of at least 12 hex digits). */
 static json_t *find(json_t *images, const char *name, const char **key)
 {
-  cleanup_free char *norm = sbx_image_normalize(name);
+  cleanup_free char *norm = sbx__image_normalize(name);
   json_t *e = json_object_get(images, norm);
   if (e) {
     *key = json_object_iter_key(json_object_iter_at(images, norm));
@@ -166,8 +166,8 @@ static json_t *find(json_t *images, const char *name, const char **key)
   return NULL;
 }
 
-int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
-                      sbx_error_t *err)
+int sbx__image_resolve(const char *home, const char *name, struct sbx_image_rootfs *r,
+                       sbx_error_t *err)
 {
   memset(r, 0, sizeof *r);
   json_t *j = index_load(home, err);
@@ -177,19 +177,19 @@ int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootf
   json_t *e = find(json_object_get(j, "images"), name, &key);
   if (e == NULL) {
     json_decref(j);
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND,
-                          "image `%s` is not in the store (sbx images lists it; sbx image import "
-                          "adds one)",
-                          name);
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND,
+                           "image `%s` is not in the store (sbx images lists it; sbx image import "
+                           "adds one)",
+                           name);
   }
-  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *dir = sbx__image_dir(home);
   json_t *layers = json_object_get(e, "layers");
   for (size_t i = json_array_size(layers); i-- > 0;) {
     const char *id = json_string_value(json_array_get(layers, i));
     if (id == NULL)
       continue;
-    sbx_strv_push_owned(&r->layers, xasprintf("%s/layers/%s", dir, id));
-    sbx_strv_push(&r->layer_ids, id);
+    sbx__strv_push_owned(&r->layers, xasprintf("%s/layers/%s", dir, id));
+    sbx__strv_push(&r->layer_ids, id);
   }
   push_strs(json_object_get(e, "env"), &r->env);
   push_strs(json_object_get(e, "entrypoint"), &r->entrypoint);
@@ -205,20 +205,20 @@ int sbx_image_resolve(const char *home, const char *name, struct sbx_image_rootf
   return 0;
 }
 
-void sbx_image_rootfs_free(struct sbx_image_rootfs *r)
+void sbx__image_rootfs_free(struct sbx_image_rootfs *r)
 {
-  sbx_strv_free(&r->layers);
-  sbx_strv_free(&r->layer_ids);
-  sbx_strv_free(&r->env);
-  sbx_strv_free(&r->entrypoint);
-  sbx_strv_free(&r->cmd);
+  sbx__strv_free(&r->layers);
+  sbx__strv_free(&r->layer_ids);
+  sbx__strv_free(&r->env);
+  sbx__strv_free(&r->entrypoint);
+  sbx__strv_free(&r->cmd);
   free(r->workdir);
   free(r->user);
   free(r->digest);
   memset(r, 0, sizeof *r);
 }
 
-int sbx_image_remove(const char *home, const char *name, bool force, sbx_error_t *err)
+int sbx__image_remove(const char *home, const char *name, bool force, sbx_error_t *err)
 {
   cleanup_close int lk = sbx__image_lock(home, "image-index", LOCK_EX, err);
   if (lk < 0)
@@ -230,14 +230,14 @@ int sbx_image_remove(const char *home, const char *name, bool force, sbx_error_t
   const char *key = NULL;
   int r = 0;
   if (find(images, name, &key) == NULL) {
-    r = sbx_make_error(err, 0, SBX_E_NOT_FOUND, "image `%s` is not in the store", name);
+    r = sbx__make_error(err, 0, SBX_E_NOT_FOUND, "image `%s` is not in the store", name);
   } else {
     cleanup_free char *k = xstrdup(key);
     int users = count_users(home, k);
     if (users > 0 && !force)
-      r = sbx_make_error(err, 0, SBX_E_BUSY,
-                         "image `%s` is used by %d sandbox%s (sbx rm them first, or --force)", k,
-                         users, users == 1 ? "" : "es");
+      r = sbx__make_error(err, 0, SBX_E_BUSY,
+                          "image `%s` is used by %d sandbox%s (sbx rm them first, or --force)", k,
+                          users, users == 1 ? "" : "es");
     else {
       json_object_del(images, k);
       r = index_save(home, j, err);
@@ -261,19 +261,19 @@ static void keep_mounted(const char *home, json_t *layers)
   for (int pool = 0; pool < 2; pool++) {
     cleanup_free char *h = pool ? xasprintf("%s/spare", home) : xstrdup(home);
     sbx_strv_t ids = {0};
-    if (sbx_state_list_ids(h, &ids, NULL) < 0)
+    if (sbx__state_list_ids(h, &ids, NULL) < 0)
       continue;
     for (size_t i = 0; i < ids.n; i++) {
       cleanup_free char *path = xasprintf("%s/sandboxes/%s/" SBX_IMAGE_LAYERS_FILE, h, ids.v[i]);
       cleanup_free char *data = NULL;
       size_t len;
-      if (sbx_read_file_at(AT_FDCWD, path, 1 << 20, &data, &len) < 0)
+      if (sbx__read_file_at(AT_FDCWD, path, 1 << 20, &data, &len) < 0)
         continue;
       char *save = NULL;
       for (char *t = strtok_r(data, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
         json_object_set_new(layers, t, json_true());
     }
-    sbx_strv_free(&ids);
+    sbx__strv_free(&ids);
   }
 }
 
@@ -316,17 +316,17 @@ static void sweep(const char *dir, json_t *keep, uint64_t *freed, int *removed)
     if (de->d_name[0] != '.' ||
         (keep == NULL && strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0))
       if (keep == NULL || json_object_get(keep, de->d_name) == NULL)
-        sbx_strv_push(&gone, de->d_name);
+        sbx__strv_push(&gone, de->d_name);
   closedir(d);
   for (size_t i = 0; i < gone.n; i++) {
     *freed += tree_size(fd, gone.v[i]);
-    if (sbx_rm_rf_at(fd, gone.v[i]) == 0)
+    if (sbx__rm_rf_at(fd, gone.v[i]) == 0)
       (*removed)++;
   }
-  sbx_strv_free(&gone);
+  sbx__strv_free(&gone);
 }
 
-int sbx_image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
+int sbx__image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
 {
   *freed = 0;
   *removed = 0;
@@ -350,7 +350,7 @@ int sbx_image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t
     keep_strs(json_object_get(e, "layers"), layers);
   }
   keep_mounted(home, layers);
-  cleanup_free char *dir = sbx_image_dir(home);
+  cleanup_free char *dir = sbx__image_dir(home);
   cleanup_free char *bdir = xasprintf("%s/blobs/sha256", dir);
   cleanup_free char *ldir = xasprintf("%s/layers", dir);
   cleanup_free char *tdir = xasprintf("%s/tmp", dir);

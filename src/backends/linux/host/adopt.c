@@ -95,49 +95,49 @@ static uint32_t spare_uid_base(long pid)
   snprintf(path, sizeof path, "/proc/%ld/uid_map", pid);
   cleanup_free char *text = NULL;
   unsigned inside = 1, base = 0, count = 0;
-  if (sbx_read_file_at(AT_FDCWD, path, 4096, &text, NULL) < 0 ||
+  if (sbx__read_file_at(AT_FDCWD, path, 4096, &text, NULL) < 0 ||
       sscanf(text, "%u %u %u", &inside, &base, &count) != 3 || inside != 0 ||
       count != SBX_UID_COUNT)
     return 0;
   return base;
 }
 
-int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
+int sbx__linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   const char *id = in->meta.id;
   /* before 5.12 a spare's read-only / cannot be made writable for its new name */
-  if (sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "adopting a spare", err) < 0 ||
-      sbx_kernel_require(SBX_KF_PIDFD_OPEN, "adopting a spare", err) < 0)
+  if (sbx__kernel_require(SBX_KF_MOUNT_SETATTR, "adopting a spare", err) < 0 ||
+      sbx__kernel_require(SBX_KF_PIDFD_OPEN, "adopting a spare", err) < 0)
     return -1;
   cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
   /* pid reuse: the pidfd names the process whose start time still matches */
-  if (pidfd < 0 || sbx_proc_start_time(in->meta.pid) != in->meta.pid_start)
-    return sbx_make_error(err, pidfd < 0 ? errno : ESRCH, SBX_E_BACKEND,
-                          "sandbox %s: the spare's init is gone", id);
+  if (pidfd < 0 || sbx__proc_start_time(in->meta.pid) != in->meta.pid_start)
+    return sbx__make_error(err, pidfd < 0 ? errno : ESRCH, SBX_E_BACKEND,
+                           "sandbox %s: the spare's init is gone", id);
   cleanup_close int tree = -1;
   if (user_data && *user_data && in->cfg->user_data_size_mib &&
-      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+      sbx__user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
     return -1;
   if (user_data && *user_data) {
-    tree = sbx_open_tree_nofollow(user_data, false);
+    tree = sbx__open_tree_nofollow(user_data, false);
     if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0)
-      return sbx_make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
-                            user_data);
+      return sbx__make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
+                             user_data);
     /* the folder's on-disk ids (SBX_UID_BASE..) appear as the spare's own range, which its
      * init's uid_map names (the metadata's record may predate ranges) */
     uint32_t base = spare_uid_base(in->meta.pid);
     if (base == 0)
-      return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
+      return sbx__make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
     if (base != SBX_UID_BASE) {
       struct sbx_idmap_helper helper = {0};
-      cleanup_close int userns = sbx_ids_idmap_userns(base, &helper, err);
+      cleanup_close int userns = sbx__ids_idmap_userns(base, &helper, err);
       if (userns < 0)
         return -1;
-      int r = sbx_tree_idmap(tree, userns);
+      int r = sbx__tree_idmap(tree, userns);
       int e = errno;
-      sbx_ids_idmap_reap(&helper);
+      sbx__ids_idmap_reap(&helper);
       if (r < 0)
-        return sbx_make_error(err, e, SBX_E_BACKEND, "sandbox %s: idmap `%s`", id, user_data);
+        return sbx__make_error(err, e, SBX_E_BACKEND, "sandbox %s: idmap `%s`", id, user_data);
     }
     in->meta.uid_base = base;
   }
@@ -155,23 +155,23 @@ int sbx_linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t 
   pid_t child =
       sbx__clone_vm(adopt_child, stack + ADOPT_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &job, NULL);
   if (child < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "sandbox %s: start the adopting child", id);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "sandbox %s: start the adopting child", id);
   int status = 0;
   if (TEMP_FAILURE_RETRY(waitpid(child, &status, 0)) < 0 || !WIFEXITED(status) ||
       WEXITSTATUS(status) != 0)
-    return sbx_make_error(err, job.err, SBX_E_INTERNAL, "sandbox %s: adopt the spare: %s", id,
-                          job.step ? job.step : "the child died");
+    return sbx__make_error(err, job.err, SBX_E_INTERNAL, "sandbox %s: adopt the spare: %s", id,
+                           job.step ? job.step : "the child died");
   /* a spare has the configured limits; sbx_create may ask for others */
   if (in->meta.memory_bytes || in->meta.cpus > 0) {
     uint64_t memory = in->meta.memory_bytes ? in->meta.memory_bytes : in->cfg->memory_mib << 20;
     double cpus = in->meta.cpus > 0 ? in->meta.cpus : in->cfg->cpus;
     struct sbx_cgroup cg = {0};
-    int r = in->meta.cgroups ? sbx_cgroup_parse(in->meta.cgroups, &cg) : -1;
+    int r = in->meta.cgroups ? sbx__cgroup_parse(in->meta.cgroups, &cg) : -1;
     if (r == 0)
-      r = sbx_cgroup_set_limits(&cg, memory, (uint64_t) (cpus * 1000.0 + 0.5), err);
+      r = sbx__cgroup_set_limits(&cg, memory, (uint64_t) (cpus * 1000.0 + 0.5), err);
     else
-      sbx_make_error(err, 0, SBX_E_BACKEND, "sandbox %s: the spare has no cgroup", id);
-    sbx_cgroup_free(&cg);
+      sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s: the spare has no cgroup", id);
+    sbx__cgroup_free(&cg);
     if (r < 0)
       return -1;
   }

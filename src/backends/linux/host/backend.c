@@ -60,7 +60,7 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
     if (i < c->n_mounts) {
       char *real = realpath(m->host_path, NULL);
       if (real) {
-        sbx_strv_push_owned(canon, real);
+        sbx__strv_push_owned(canon, real);
         host = real;
       }
     }
@@ -80,11 +80,11 @@ static void image_env(struct sbx_instance *in, const sbx_strv_t *image)
       configured |= strlen(in->cfg->environment[c].key) == k &&
                     strncmp(in->cfg->environment[c].key, image->v[i], k) == 0;
     if (!configured)
-      sbx_strv_push(&env, image->v[i]);
+      sbx__strv_push(&env, image->v[i]);
   }
   for (size_t i = 0; i < in->meta.env.n; i++)
-    sbx_strv_push(&env, in->meta.env.v[i]);
-  sbx_strv_free(&in->meta.env);
+    sbx__strv_push(&env, in->meta.env.v[i]);
+  sbx__strv_free(&in->meta.env);
   in->meta.env = env;
 }
 
@@ -92,7 +92,7 @@ static void image_env(struct sbx_instance *in, const sbx_strv_t *image)
 static char *store_home(const struct sbx_instance *in)
 {
   char *home = xstrdup(in->home);
-  if (in->provider == NULL && sbx_str_has_suffix(home, "/spare"))
+  if (in->provider == NULL && sbx__str_has_suffix(home, "/spare"))
     home[strlen(home) - 6] = '\0';
   return home;
 }
@@ -103,13 +103,13 @@ static char *store_home(const struct sbx_instance *in)
  * store ($home/images/skeleton, outside what prune sweeps), atomically. NULL if it cannot be. */
 static char *skeleton_layer(const char *home)
 {
-  cleanup_free char *store = sbx_image_dir(home);
+  cleanup_free char *store = sbx__image_dir(home);
   char *skel = xasprintf("%s/skeleton", store);
   struct stat st;
   if (stat(skel, &st) == 0)
     return skel;
   char name[] = "skeleton-XXXXXXXX";
-  sbx_random_hex(name + 9, 8);
+  sbx__random_hex(name + 9, 8);
   cleanup_free char *tmp = xasprintf("%s/tmp/%s", store, name);
   static const struct {
     const char *name;
@@ -127,7 +127,7 @@ static char *skeleton_layer(const char *home)
   cleanup_free char *tdir = xasprintf("%s/tmp", store);
   cleanup_close int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (tfd >= 0)
-    sbx_rm_rf_at(tfd, name);
+    sbx__rm_rf_at(tfd, name);
   if (!ok || stat(skel, &st) < 0) {
     free(skel);
     return NULL;
@@ -145,24 +145,24 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   struct sbx_image_rootfs r;
   /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
   struct sbx_pull_opts po = {0};
-  sbx_pull_opts_from_config(in->cfg, &po);
-  if (sbx_image_ensure(home, s->image, &po, err) < 0 ||
-      sbx_image_resolve(home, s->image, &r, err) < 0)
+  sbx__pull_opts_from_config(in->cfg, &po);
+  if (sbx__image_ensure(home, s->image, &po, err) < 0 ||
+      sbx__image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};
   for (size_t i = 0; i < r.layers.n; i++) {
-    sbx_buf_printf(&layers, "%s%s", i ? "\n" : "", r.layers.v[i]);
-    sbx_buf_printf(&ids, "%s\n", r.layer_ids.v[i]);
+    sbx__buf_printf(&layers, "%s%s", i ? "\n" : "", r.layers.v[i]);
+    sbx__buf_printf(&ids, "%s\n", r.layer_ids.v[i]);
   }
   cleanup_free char *skel = skeleton_layer(home);
   if (skel)
-    sbx_buf_printf(&layers, "\n%s", skel);
+    sbx__buf_printf(&layers, "\n%s", skel);
   cleanup_free char *list = xasprintf("%s/" SBX_IMAGE_LAYERS_FILE, in->dir);
   int ret = 0;
   if (r.layers.n == 0)
-    ret = sbx_make_error(err, 0, SBX_E_INVALID, "image `%s` has no layers", s->image);
-  else if (sbx_write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
-    ret = sbx_make_error(err, errno, SBX_E_IO, "write `%s`", list);
+    ret = sbx__make_error(err, 0, SBX_E_INVALID, "image `%s` has no layers", s->image);
+  else if (sbx__write_file_at(AT_FDCWD, list, ids.data, ids.len, 0644, false) < 0)
+    ret = sbx__make_error(err, errno, SBX_E_IO, "write `%s`", list);
   if (ret == 0 && in->cfg->disk_mib) {
     /* the upper on a capped image, for a new sandbox (or one whose upper is there already): one
      * made without the cap keeps its upper where it is */
@@ -170,46 +170,46 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
     cleanup_free char *upper = xasprintf("%s/upper", in->dir);
     struct stat st;
     if ((lstat(img, &st) == 0 || lstat(upper, &st) < 0) &&
-        sbx_disk_image(img, in->cfg->disk_mib << 20, err) < 0)
+        sbx__disk_image(img, in->cfg->disk_mib << 20, err) < 0)
       ret = -1;
   }
   if (ret == 0) {
     image_env(in, &r.env);
-    s->layers = sbx_buf_steal(&layers);
+    s->layers = sbx__buf_steal(&layers);
   }
-  sbx_buf_free(&layers);
-  sbx_buf_free(&ids);
-  sbx_image_rootfs_free(&r);
+  sbx__buf_free(&layers);
+  sbx__buf_free(&ids);
+  sbx__image_rootfs_free(&r);
   return ret;
 }
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
   if (geteuid() != 0)
-    return sbx_make_error(err, EPERM, SBX_E_UNSUPPORTED,
-                          "the linux backend needs root (rootless sandboxes are not supported "
-                          "yet): run `sbx doctor`");
+    return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
+                           "the linux backend needs root (rootless sandboxes are not supported "
+                           "yet): run `sbx doctor`");
   if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
-      sbx_user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
+      sbx__user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
     return -1;
   struct sbx_launch_spec spec;
   sbx_strv_t canon = {0};
   fill_spec(in, user_data, &spec, &canon);
   if (image_layers(in, &spec, err) < 0) {
     free(spec.mounts);
-    sbx_strv_free(&canon);
+    sbx__strv_free(&canon);
     return -1;
   }
   sbx_buf_t payload = {0};
-  sbx_launch_spec_encode(&spec, &payload);
+  sbx__launch_spec_encode(&spec, &payload);
   free(spec.mounts);
   free(spec.layers);
-  sbx_strv_free(&canon);
+  sbx__strv_free(&canon);
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-    sbx_buf_free(&payload);
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "socketpair");
+    sbx__buf_free(&payload);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "socketpair");
   }
   cleanup_close int ours = sv[0];
   cleanup_free char *init = sbx__init_path();
@@ -231,41 +231,41 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   posix_spawn_file_actions_destroy(&fa);
   close(sv[1]);
   if (r != 0) {
-    sbx_buf_free(&payload);
-    return sbx_make_error(err, r, SBX_E_INTERNAL, "run `%s`", init);
+    sbx__buf_free(&payload);
+    return sbx__make_error(err, r, SBX_E_INTERNAL, "run `%s`", init);
   }
   struct timeval tv = {.tv_sec = 60};
   setsockopt(ours, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  r = sbx_frame_send(ours, SBX_MSG_LAUNCH, 1, payload.data, payload.len);
-  sbx_buf_free(&payload);
+  r = sbx__frame_send(ours, SBX_MSG_LAUNCH, 1, payload.data, payload.len);
+  sbx__buf_free(&payload);
   sbx_frame_hdr_t hdr = {0};
   cleanup_free char *reply = NULL;
   if (r == 0)
-    r = sbx_frame_recv(ours, &hdr, &reply, SBX_PROTO_MAX_PAYLOAD);
+    r = sbx__frame_recv(ours, &hdr, &reply, SBX_PROTO_MAX_PAYLOAD);
   int saved = errno;
   int status = 0;
   if (r < 0)
     kill(launcher, SIGKILL);
   TEMP_FAILURE_RETRY(waitpid(launcher, &status, 0));
   if (r < 0)
-    return sbx_make_error(err, saved, SBX_E_INTERNAL, "launcher `%s` failed (exit status %d)", init,
-                          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return sbx__make_error(err, saved, SBX_E_INTERNAL, "launcher `%s` failed (exit status %d)",
+                           init, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   if (hdr.type == SBX_MSG_ERR)
-    return sbx_error_from_frame(reply, hdr.len, err);
+    return sbx__error_from_frame(reply, hdr.len, err);
   uint64_t pid = 0;
   char *cgroups = NULL;
-  if (hdr.type != SBX_MSG_OK || sbx_tlv_get_u64(reply, hdr.len, SBX_T_PID, 0, &pid) <= 0 ||
-      sbx_tlv_get_str(reply, hdr.len, SBX_T_TEXT, &cgroups) < 0)
-    return sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "launcher sent a malformed reply");
+  if (hdr.type != SBX_MSG_OK || sbx__tlv_get_u64(reply, hdr.len, SBX_T_PID, 0, &pid) <= 0 ||
+      sbx__tlv_get_str(reply, hdr.len, SBX_T_TEXT, &cgroups) < 0)
+    return sbx__make_error(err, EPROTO, SBX_E_INTERNAL, "launcher sent a malformed reply");
   uint64_t uids = 0;
-  if (sbx_tlv_get_u64(reply, hdr.len, SBX_T_UID, 0, &uids) > 0)
+  if (sbx__tlv_get_u64(reply, hdr.len, SBX_T_UID, 0, &uids) > 0)
     in->meta.uid_base = (uint32_t) uids;
   in->meta.pid = (long) pid;
-  in->meta.pid_start = sbx_proc_start_time((long) pid);
-  if (sbx_str_has_prefix(cgroups, "none="))
-    sbx_log(SBX_LOG_WARNING,
-            "sandbox %s runs WITHOUT a cgroup: no memory, process or CPU limit is enforced (%.*s)",
-            in->meta.id, (int) strcspn(cgroups + 5, "\n"), cgroups + 5);
+  in->meta.pid_start = sbx__proc_start_time((long) pid);
+  if (sbx__str_has_prefix(cgroups, "none="))
+    sbx__log(SBX_LOG_WARNING,
+             "sandbox %s runs WITHOUT a cgroup: no memory, process or CPU limit is enforced (%.*s)",
+             in->meta.id, (int) strcspn(cgroups + 5, "\n"), cgroups + 5);
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   return 0;
@@ -277,18 +277,18 @@ static int linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error
   if (in->meta.image && strcmp(in->meta.image, "host") != 0) {
     cleanup_free char *home = store_home(in);
     struct sbx_image_rootfs r;
-    if (sbx_image_resolve(home, in->meta.image, &r, err) < 0)
+    if (sbx__image_resolve(home, in->meta.image, &r, err) < 0)
       return -1;
     image_env(in, &r.env);
-    sbx_image_rootfs_free(&r);
+    sbx__image_rootfs_free(&r);
   }
-  return sbx_linux_adopt(in, user_data, err);
+  return sbx__linux_adopt(in, user_data, err);
 }
 
 static bool linux_alive(struct sbx_instance *in)
 {
   return in->meta.pid > 0 && in->meta.pid_start != 0 &&
-         sbx_proc_start_time(in->meta.pid) == in->meta.pid_start;
+         sbx__proc_start_time(in->meta.pid) == in->meta.pid_start;
 }
 
 /* A sandbox whose creator died between the launch and its metadata: take the init's identity
@@ -297,7 +297,7 @@ static void load_launch_record(struct sbx_instance *in)
 {
   cleanup_free char *path = xasprintf("%s/" SBX_LAUNCH_RECORD, in->dir);
   cleanup_free char *text = NULL;
-  if (sbx_read_file_at(AT_FDCWD, path, 8192, &text, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, path, 8192, &text, NULL) < 0)
     return;
   long long pid = 0;
   unsigned long long start = 0;
@@ -318,40 +318,40 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
     load_launch_record(in);
   struct sbx_cgroup cg = {0};
   if (in->meta.cgroups)
-    sbx_cgroup_parse(in->meta.cgroups, &cg);
+    sbx__cgroup_parse(in->meta.cgroups, &cg);
   if (linux_alive(in)) {
     int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) in->meta.pid, 0);
     /* pid reuse between the check and pidfd_open: verify again through the pidfd's pid */
-    if (pidfd >= 0 && sbx_proc_start_time(in->meta.pid) == in->meta.pid_start) {
+    if (pidfd >= 0 && sbx__proc_start_time(in->meta.pid) == in->meta.pid_start) {
       syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
       /* a frozen task dies only once thawed (paused, or frozen by hand) */
       if (in->meta.cgroups)
-        sbx_cgroup_freeze(&cg, false, NULL);
+        sbx__cgroup_freeze(&cg, false, NULL);
       struct pollfd pfd = {pidfd, POLLIN, 0};
       poll(&pfd, 1, 5000);
     } else if (pidfd < 0 && errno != ESRCH) {
       /* No pidfd (out of descriptors, or a tracer such as valgrind that does not know the
        * call): a plain kill, checked against the start time just before (a pid reused in
        * that window is the price, and only then), then wait for the start time to change. */
-      if (sbx_proc_start_time(in->meta.pid) == in->meta.pid_start)
+      if (sbx__proc_start_time(in->meta.pid) == in->meta.pid_start)
         kill((pid_t) in->meta.pid, SIGKILL);
       if (in->meta.cgroups)
-        sbx_cgroup_freeze(&cg, false, NULL);
-      for (uint64_t until = sbx_now_ms() + 5000; linux_alive(in) && sbx_now_ms() < until;)
+        sbx__cgroup_freeze(&cg, false, NULL);
+      for (uint64_t until = sbx__now_ms() + 5000; linux_alive(in) && sbx__now_ms() < until;)
         usleep(1000);
     }
     if (pidfd >= 0)
       close(pidfd);
     if (linux_alive(in)) {
-      sbx_cgroup_free(&cg);
-      return sbx_make_error(err, EBUSY, SBX_E_BUSY, "sandbox %s is still running (pid %lld)",
-                            in->meta.id, (long long) in->meta.pid);
+      sbx__cgroup_free(&cg);
+      return sbx__make_error(err, EBUSY, SBX_E_BUSY, "sandbox %s is still running (pid %lld)",
+                             in->meta.id, (long long) in->meta.pid);
     }
   }
   int r = 0;
   if (in->meta.cgroups)
-    r = sbx_cgroup_destroy(&cg, 3000, err);
-  sbx_cgroup_free(&cg);
+    r = sbx__cgroup_destroy(&cg, 3000, err);
+  sbx__cgroup_free(&cg);
   return r < 0 ? -1 : 0;
 }
 
@@ -375,13 +375,13 @@ static int linux_health(struct sbx_instance *in, int timeout_s, sbx_error_t *err
 static int linux_metrics(struct sbx_instance *in, struct sbx_metrics *m, sbx_error_t *err)
 {
   if (in->meta.cgroups == NULL)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
   struct sbx_cgroup cg;
-  sbx_cgroup_parse(in->meta.cgroups, &cg);
-  int r = sbx_cgroup_metrics(&cg, m);
-  sbx_cgroup_free(&cg);
+  sbx__cgroup_parse(in->meta.cgroups, &cg);
+  int r = sbx__cgroup_metrics(&cg, m);
+  sbx__cgroup_free(&cg);
   if (r < 0)
-    return sbx_make_error(err, errno, SBX_E_IO, "read the cgroup of sandbox %s", in->meta.id);
+    return sbx__make_error(err, errno, SBX_E_IO, "read the cgroup of sandbox %s", in->meta.id);
   return 0;
 }
 
@@ -392,7 +392,7 @@ static int linux_ping(struct sbx_instance *in, sbx_error_t *err)
 
 static void linux_sweep(void)
 {
-  sbx_cgroup_sweep(60);
+  sbx__cgroup_sweep(60);
 }
 
 static int64_t linux_memory(struct sbx_instance *in)
@@ -400,24 +400,24 @@ static int64_t linux_memory(struct sbx_instance *in)
   if (in->meta.cgroups == NULL)
     return -1;
   struct sbx_cgroup cg;
-  sbx_cgroup_parse(in->meta.cgroups, &cg);
-  int64_t m = sbx_cgroup_memory(&cg);
-  sbx_cgroup_free(&cg);
+  sbx__cgroup_parse(in->meta.cgroups, &cg);
+  int64_t m = sbx__cgroup_memory(&cg);
+  sbx__cgroup_free(&cg);
   return m;
 }
 
 static int linux_pause(struct sbx_instance *in, bool paused, sbx_error_t *err)
 {
   if (in->meta.cgroups == NULL)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
   struct sbx_cgroup cg;
-  sbx_cgroup_parse(in->meta.cgroups, &cg);
-  int r = sbx_cgroup_freeze(&cg, paused, err);
-  sbx_cgroup_free(&cg);
+  sbx__cgroup_parse(in->meta.cgroups, &cg);
+  int r = sbx__cgroup_freeze(&cg, paused, err);
+  sbx__cgroup_free(&cg);
   return r;
 }
 
-const struct sbx_backend_ops sbx_backend_linux = {
+const struct sbx_backend_ops sbx__backend_linux = {
     .name = "linux",
     .data_owner = SBX_UID_BASE,
     .create = linux_create,

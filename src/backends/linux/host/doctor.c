@@ -33,9 +33,9 @@ static void line(struct report *r, int level, const char *what, const char *fix,
   if (vasprintf(&detail, fmt, ap) < 0)
     detail = NULL;
   va_end(ap);
-  sbx_buf_printf(&r->b, "[%s] %-14s %s\n", tag[level], what, detail ? detail : "");
+  sbx__buf_printf(&r->b, "[%s] %-14s %s\n", tag[level], what, detail ? detail : "");
   if (fix && level != OK && level != INFO)
-    sbx_buf_printf(&r->b, "       %-14s fix: %s\n", "", fix);
+    sbx__buf_printf(&r->b, "       %-14s fix: %s\n", "", fix);
   if (level == FAIL)
     r->failed++;
   else if (level == WARN)
@@ -45,7 +45,7 @@ static void line(struct report *r, int level, const char *what, const char *fix,
 static char *read_trim(const char *path)
 {
   char *data = NULL;
-  if (sbx_read_file_at(AT_FDCWD, path, 1 << 16, &data, NULL) < 0)
+  if (sbx__read_file_at(AT_FDCWD, path, 1 << 16, &data, NULL) < 0)
     return NULL;
   data[strcspn(data, "\n")] = '\0';
   return data;
@@ -53,16 +53,16 @@ static char *read_trim(const char *path)
 
 static void check_kernel(struct report *r)
 {
-  cleanup_free char *rel = sbx_kernel_release();
+  cleanup_free char *rel = sbx__kernel_release();
   bool floor_ok = true;
   for (int i = 0; i < SBX_KF_MAX; i++)
-    if (sbx_kfeatures[i].required && !sbx_kernel_has(i))
+    if (sbx__kfeatures[i].required && !sbx__kernel_has(i))
       floor_ok = false;
   line(r, floor_ok ? OK : FAIL, "kernel", "boot Linux " SBX_KERNEL_FLOOR " or newer",
        "%s (sbx needs Linux " SBX_KERNEL_FLOOR "; everything works from 5.12)", rel);
   for (int i = 0; i < SBX_KF_MAX; i++) {
-    const struct sbx_kfeature *f = &sbx_kfeatures[i];
-    bool has = sbx_kernel_has(i);
+    const struct sbx_kfeature *f = &sbx__kfeatures[i];
+    bool has = sbx__kernel_has(i);
     line(r,
          has           ? OK
          : f->required ? FAIL
@@ -103,13 +103,13 @@ static void check_privilege(struct report *r)
        actions ? "filters available: " : "no seccomp filters", actions ? actions : "");
   if (seccomp > 0)
     line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)", seccomp);
-  bool idmap = sbx_kernel_has(SBX_KF_MOUNT_SETATTR);
+  bool idmap = sbx__kernel_has(SBX_KF_MOUNT_SETATTR);
   line(r, INFO, "idmapped", NULL,
        "idmapped mounts %s (not used yet: host copies of sandbox files "
        "belong to uid 100000)",
        idmap ? "available" : "unavailable (Linux 5.12)");
   line(r, INFO, "overlayfs", NULL, "overlayfs in a user namespace %s (not used yet)",
-       sbx_kernel_at_least(5, 11) ? "available (Linux 5.11)" : "unavailable before Linux 5.11");
+       sbx__kernel_at_least(5, 11) ? "available (Linux 5.11)" : "unavailable before Linux 5.11");
 }
 
 static bool readonly_mount(const char *path)
@@ -121,16 +121,16 @@ static bool readonly_mount(const char *path)
 static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int bad)
 {
   sbx_error_t e = NULL;
-  cleanup_free char *base = sbx_cgroup_v2_base(&e);
+  cleanup_free char *base = sbx__cgroup_v2_base(&e);
   if (base == NULL) {
     line(r, bad, "cgroup", "mount cgroup2 from this cgroup namespace", "%s", e->msg);
     sbx_error_release(&e);
     return;
   }
-  cleanup_free char *own = sbx_cgroup_v2_own();
+  cleanup_free char *own = sbx__cgroup_v2_own();
   const char *conf = cfg->cgroup_manager ? cfg->cgroup_manager : "auto";
   bool systemd = strcmp(conf, "systemd") == 0 ||
-                 (strcmp(conf, "auto") == 0 && sbx_cgroup_auto_manager() == SBX_CGM_SYSTEMD);
+                 (strcmp(conf, "auto") == 0 && sbx__cgroup_auto_manager() == SBX_CGM_SYSTEMD);
   if (systemd) {
     const char *slice = cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice";
     bool sock = access("/run/systemd/private", W_OK) == 0;
@@ -157,7 +157,7 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
          cfg->cgroup_required ? ", so they cannot start" : "; they run WITHOUT limits");
     return;
   }
-  cleanup_free char *missing = sbx_cgroup_v2_missing(base);
+  cleanup_free char *missing = sbx__cgroup_v2_missing(base);
   bool need_mem = cfg->memory_mib > 0, need_pids = cfg->pids > 0, need_cpu = cfg->cpus > 0;
   bool blocked = (need_mem && strstr(missing, "memory")) ||
                  (need_pids && strstr(missing, "pids")) || (need_cpu && strstr(missing, "cpu"));
@@ -173,13 +173,13 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
   cleanup_free char *procs = NULL;
   cleanup_free char *type_path = xasprintf("%s/cgroup.type", base);
   bool root = access(type_path, F_OK) < 0;
-  if (!root && sbx_read_file_at(AT_FDCWD, procs_path, 1 << 16, &procs, NULL) == 0 && *procs)
+  if (!root && sbx__read_file_at(AT_FDCWD, procs_path, 1 << 16, &procs, NULL) == 0 && *procs)
     line(r, INFO, "", NULL,
          "`%s` has processes: the first create moves them to `%s/" SBX_CG_LEAF
          "` (the no-internal-processes rule)",
          base, base);
   if (access("/run/systemd/system", F_OK) == 0) {
-    bool delegated = sbx_cgroup_delegated(base);
+    bool delegated = sbx__cgroup_delegated(base);
     line(r, delegated || root ? OK : WARN, "systemd",
          "run the front-end in a unit with Delegate=yes (docs/hosts.md)",
          "systemd manages this host's cgroups; `%s` is %s", base,
@@ -234,10 +234,10 @@ char *sbx_doctor(const struct sbx_config *cfg, int *failures)
     check_cgroups_v2(&r, cfg, bad);
   else
     check_cgroups_v1(&r, cfg, bad);
-  sbx_buf_printf(&r.b, "%s: %d failed, %d warnings\n",
-                 r.failed ? "sandboxes cannot start here" : "sandboxes can start here", r.failed,
-                 r.warned);
+  sbx__buf_printf(&r.b, "%s: %d failed, %d warnings\n",
+                  r.failed ? "sandboxes cannot start here" : "sandboxes can start here", r.failed,
+                  r.warned);
   if (failures)
     *failures = r.failed;
-  return sbx_buf_steal(&r.b);
+  return sbx__buf_steal(&r.b);
 }

@@ -65,7 +65,7 @@ int sbx_session_flush(sbx_session_t *s, sbx_error_t *err)
         s->input_gone = true;
         break;
       }
-      return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox channel broken (session input)");
+      return sbx__make_error(err, errno, SBX_E_BACKEND, "sandbox channel broken (session input)");
     }
     s->out_off += (size_t) n;
   }
@@ -76,18 +76,18 @@ int sbx_session_flush(sbx_session_t *s, sbx_error_t *err)
 static int queue(sbx_session_t *s, uint16_t type, const void *p, size_t len, sbx_error_t *err)
 {
   if (s == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "no session");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "no session");
   if (s->ended)
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "the command has ended");
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "the command has ended");
   if (s->input_gone)
     return 0;
   if (sbx_session_pending(s) + len > SBX_SESSION_QUEUE_MAX)
-    return sbx_make_error(err, EAGAIN, SBX_E_BUSY, "session input queue is full");
+    return sbx__make_error(err, EAGAIN, SBX_E_BUSY, "session input queue is full");
   unsigned char h[SBX_PROTO_HDR];
   sbx_frame_hdr_t hdr = {.len = (uint32_t) len, .type = type, .flags = 0, .req = 1};
-  sbx_frame_hdr_encode(h, &hdr);
-  sbx_buf_append(&s->out, h, sizeof h);
-  sbx_buf_append(&s->out, p, len);
+  sbx__frame_hdr_encode(h, &hdr);
+  sbx__buf_append(&s->out, h, sizeof h);
+  sbx__buf_append(&s->out, p, len);
   return sbx_session_flush(s, err);
 }
 
@@ -112,24 +112,24 @@ int sbx_session_close_stdin(sbx_session_t *s, sbx_error_t *err)
 int sbx_session_resize(sbx_session_t *s, unsigned rows, unsigned cols, sbx_error_t *err)
 {
   if (rows == 0 || cols == 0 || rows > SBX_TTY_MAX_DIM || cols > SBX_TTY_MAX_DIM)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
-                          SBX_TTY_MAX_DIM);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "terminal size must be 1-%d rows and columns",
+                           SBX_TTY_MAX_DIM);
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_ROWS, rows);
-  sbx_tlv_put_u64(&w, SBX_T_COLS, cols);
+  sbx__tlv_put_u64(&w, SBX_T_ROWS, rows);
+  sbx__tlv_put_u64(&w, SBX_T_COLS, cols);
   int r = queue(s, SBX_MSG_RESIZE, w.buf.data, w.buf.len, err);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return r;
 }
 
 int sbx_session_signal(sbx_session_t *s, int signo, sbx_error_t *err)
 {
   if (signo <= 0 || signo > 64)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "signal number must be 1-64, got %d", signo);
+    return sbx__make_error(err, 0, SBX_E_INVALID, "signal number must be 1-64, got %d", signo);
   sbx_tlv_writer_t w = {0};
-  sbx_tlv_put_u64(&w, SBX_T_SIGNO, (uint64_t) signo);
+  sbx__tlv_put_u64(&w, SBX_T_SIGNO, (uint64_t) signo);
   int r = queue(s, SBX_MSG_SIGNAL, w.buf.data, w.buf.len, err);
-  sbx_tlv_free(&w);
+  sbx__tlv_free(&w);
   return r;
 }
 
@@ -137,14 +137,14 @@ int sbx_session_read(sbx_session_t *s, struct sbx_session_event *ev, sbx_error_t
 {
   memset(ev, 0, sizeof *ev);
   if (s == NULL)
-    return sbx_make_error(err, 0, SBX_E_INVALID, "no session");
+    return sbx__make_error(err, 0, SBX_E_INVALID, "no session");
   if (s->ended)
-    return sbx_make_error(err, 0, SBX_E_NOT_FOUND, "the command has ended");
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "the command has ended");
   free(s->last);
   s->last = NULL;
   sbx_frame_hdr_t hdr;
-  if (sbx_frame_recv(s->fd, &hdr, &s->last, SBX_PROTO_MAX_PAYLOAD) < 0)
-    return sbx_make_error(err, errno, SBX_E_BACKEND, "sandbox channel broken (session)");
+  if (sbx__frame_recv(s->fd, &hdr, &s->last, SBX_PROTO_MAX_PAYLOAD) < 0)
+    return sbx__make_error(err, errno, SBX_E_BACKEND, "sandbox channel broken (session)");
   const char *p = s->last;
   switch (hdr.type) {
   case SBX_MSG_STDOUT:
@@ -157,9 +157,9 @@ int sbx_session_read(sbx_session_t *s, struct sbx_session_event *ev, sbx_error_t
   case SBX_MSG_EXIT: {
     int64_t code = 0;
     uint64_t to = 0, sig = 0;
-    sbx_tlv_get_i64(p, hdr.len, SBX_T_CODE, 0, &code);
-    sbx_tlv_get_u64(p, hdr.len, SBX_T_TIMED_OUT, 0, &to);
-    sbx_tlv_get_u64(p, hdr.len, SBX_T_SIGNALED, 0, &sig);
+    sbx__tlv_get_i64(p, hdr.len, SBX_T_CODE, 0, &code);
+    sbx__tlv_get_u64(p, hdr.len, SBX_T_TIMED_OUT, 0, &to);
+    sbx__tlv_get_u64(p, hdr.len, SBX_T_SIGNALED, 0, &sig);
     ev->type = SBX_SESSION_EXIT;
     ev->exit_code = (int) code;
     ev->timed_out = to != 0;
@@ -169,10 +169,10 @@ int sbx_session_read(sbx_session_t *s, struct sbx_session_event *ev, sbx_error_t
   }
   case SBX_MSG_ERR:
     s->ended = true;
-    return sbx_error_from_frame(p, hdr.len, err);
+    return sbx__error_from_frame(p, hdr.len, err);
   default:
-    return sbx_make_error(err, EPROTO, SBX_E_BACKEND,
-                          "sbx-init sent an unexpected frame %u (session)", hdr.type);
+    return sbx__make_error(err, EPROTO, SBX_E_BACKEND,
+                           "sbx-init sent an unexpected frame %u (session)", hdr.type);
   }
 }
 
@@ -181,7 +181,7 @@ void sbx_session_free(sbx_session_t *s)
   if (s == NULL)
     return;
   close(s->fd);
-  sbx_buf_free(&s->out);
+  sbx__buf_free(&s->out);
   free(s->last);
   free(s);
 }

@@ -30,7 +30,7 @@ static int drop_caps(sbx_error_t *err)
     if (keep & (1ull << cap))
       continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "drop capability %d", cap);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "drop capability %d", cap);
   }
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
@@ -42,7 +42,7 @@ static int drop_caps(sbx_error_t *err)
     data[i].inheritable = 0;
   }
   if (syscall(SYS_capset, &hdr, data) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "capset");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "capset");
   return 0;
 }
 
@@ -54,11 +54,11 @@ static int install_seccomp(sbx_error_t *err)
   struct sock_fprog prog = {.len = (unsigned short) ARRAY_SIZE(sbx_seccomp_filter),
                             .filter = (struct sock_filter *) sbx_seccomp_filter};
   if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "install the seccomp filter");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "install the seccomp filter");
   return 0;
 }
 
-rlim_t sbx_nofile_max(void)
+rlim_t sbx__nofile_max(void)
 {
   char buf[32] = {0};
   cleanup_close int fd = open("/proc/sys/fs/file-max", O_RDONLY | O_CLOEXEC);
@@ -69,9 +69,9 @@ rlim_t sbx_nofile_max(void)
   return share < SBX_NOFILE_MIN ? SBX_NOFILE_MIN : share > SBX_NOFILE_MAX ? SBX_NOFILE_MAX : share;
 }
 
-int sbx_confine_rlimits(sbx_error_t *err)
+int sbx__confine_rlimits(sbx_error_t *err)
 {
-  const rlim_t nofile = sbx_nofile_max();
+  const rlim_t nofile = sbx__nofile_max();
   const struct {
     int resource;
     const char *name;
@@ -104,24 +104,24 @@ int sbx_confine_rlimits(sbx_error_t *err)
      * container): keep the hard limit we have, never above the wanted one. */
     struct rlimit cur;
     if (errno != EPERM || getrlimit(limits[i].resource, &cur) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
     if (rl.rlim_max > cur.rlim_max)
       rl.rlim_max = cur.rlim_max;
     if (rl.rlim_cur > rl.rlim_max)
       rl.rlim_cur = rl.rlim_max;
     if (setrlimit(limits[i].resource, &rl) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "set %s", limits[i].name);
   }
   return 0;
 }
 
-int sbx_confine(sbx_error_t *err)
+int sbx__confine(sbx_error_t *err)
 {
   if (drop_caps(err) < 0)
     return -1;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "set no_new_privs");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "set no_new_privs");
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "set non-dumpable");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "set non-dumpable");
   return install_seccomp(err);
 }

@@ -29,14 +29,14 @@ static int bind_ctl_socket(int dirfd, sbx_error_t *err)
 {
   cleanup_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create the control socket");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create the control socket");
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/ctl.sock", dirfd);
   unlinkat(dirfd, "ctl.sock", 0);
   if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "bind the control socket");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "bind the control socket");
   if (fchmodat(dirfd, "ctl.sock", 0600, 0) < 0 || listen(fd, 128) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "listen on the control socket");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "listen on the control socket");
   return steal_fd(&fd);
 }
 
@@ -57,14 +57,14 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
   sbx_error_t err = NULL;
   cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, s->id);
   if (sethostname(hostname, strlen(hostname)) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
     child_fail(sync_w, &err);
   }
-  if (sbx_rootfs_setup(s, &err) < 0)
+  if (sbx__rootfs_setup(s, &err) < 0)
     child_fail(sync_w, &err);
   /* The launcher has been making our cgroup meanwhile; it sends 'C' and the cgroup's paths. We
    * join it ourselves while the host's cgroup tree is still in view (cheaper than being moved,
-   * see sbx_cgroup_join_self), then leave the host's tree for the new root. */
+   * see sbx__cgroup_join_self), then leave the host's tree for the new root. */
   char msg[4096];
   ssize_t got = TEMP_FAILURE_RETRY(read(sync_r, msg, sizeof msg - 1));
   if (got < 1 || msg[0] != 'C')
@@ -74,13 +74,13 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
   if (sscanf(msg + 1, "owner=%u", &owner) != 1 || owner < SBX_OWNER_BASE)
     _exit(1);
   struct sbx_cgroup cg;
-  sbx_cgroup_parse(msg + 1, &cg);
-  int joined = sbx_cgroup_join_self(&cg, &err);
-  sbx_cgroup_free(&cg);
-  if (joined < 0 || sbx_rootfs_enter(s, &err) < 0)
+  sbx__cgroup_parse(msg + 1, &cg);
+  int joined = sbx__cgroup_join_self(&cg, &err);
+  sbx__cgroup_free(&cg);
+  if (joined < 0 || sbx__rootfs_enter(s, &err) < 0)
     child_fail(sync_w, &err);
   if (!s->net_host) {
-    if (sbx_net_setup_loopback(&err) < 0)
+    if (sbx__net_setup_loopback(&err) < 0)
       child_fail(sync_w, &err);
     /* root inside owns no capability over this netns: let it bind low ports anyway */
     cleanup_close int fd =
@@ -88,23 +88,23 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
     if (fd >= 0)
       (void) !write(fd, "0", 1);
   }
-  if (sbx_confine_rlimits(&err) < 0)
+  if (sbx__confine_rlimits(&err) < 0)
     child_fail(sync_w, &err);
   /* a cgroup namespace rooted at our cgroup (the sandbox sees it as "/"), then, last, the user
    * namespace */
   char c;
   if (unshare(CLONE_NEWCGROUP) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
     child_fail(sync_w, &err);
   }
   /* the user namespace belongs to whoever creates it: its own unprivileged host uid, not root
    * (setting only the effective uid; the namespace's root is set up below) */
   if (setresuid((uid_t) -1, owner, (uid_t) -1) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "take the namespace owner's uid");
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "take the namespace owner's uid");
     child_fail(sync_w, &err);
   }
   if (unshare(CLONE_NEWUSER) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "unshare the user namespace");
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "unshare the user namespace");
     child_fail(sync_w, &err);
   }
   /* "M<first id>": the range to map (the shared one if the folders could not be idmapped) */
@@ -113,10 +113,10 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
   if (write(sync_w, m, (size_t) mlen) != mlen || read(sync_r, &c, 1) != 1 || c != 'M')
     _exit(1);
   if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
-    sbx_make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
     child_fail(sync_w, &err);
   }
-  if (sbx_confine(&err) < 0)
+  if (sbx__confine(&err) < 0)
     child_fail(sync_w, &err);
   c = 'R';
   if (write(sync_w, &c, 1) != 1)
@@ -127,7 +127,7 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
                                 .lease_fd = lease_fd,
                                 .idle_timeout_s = s->idle_timeout_s,
                                 .cmd_nofile = SBX_NOFILE_CMD};
-  _exit(sbx_agent_serve(&opts));
+  _exit(sbx__agent_serve(&opts));
 }
 
 static int write_map(pid_t pid, const char *file, uint32_t base, sbx_error_t *err)
@@ -137,7 +137,7 @@ static int write_map(pid_t pid, const char *file, uint32_t base, sbx_error_t *er
   int n = snprintf(map, sizeof map, "0 %u %u\n", base, SBX_UID_COUNT);
   cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, map, (size_t) n) != n)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "write %s", path);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "write %s", path);
   return 0;
 }
 
@@ -150,17 +150,17 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
   /* The sandbox's own host ids: the slot's lock goes to its PID 1 (inherited, close-on-exec),
    * ours is dropped when we exit. Without idmapping (no range dir, no user namespace for it)
    * the shared range. */
-  cleanup_close int range_fd = sbx_ids_claim(&s->uid_base, NULL);
+  cleanup_close int range_fd = sbx__ids_claim(&s->uid_base, NULL);
   s->idmap_fd = -1;
   if (range_fd < 0)
     s->uid_base = SBX_UID_BASE;
   struct sbx_idmap_helper helper = {0};
   if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
-    s->idmap_fd = sbx_ids_idmap_userns(s->uid_base, &helper, NULL);
+    s->idmap_fd = sbx__ids_idmap_userns(s->uid_base, &helper, NULL);
   int r = launch_in(s, out_pid, cg, err);
   if (s->idmap_fd >= 0)
-    close(s->idmap_fd);        /* the child had its copy */
-  sbx_ids_idmap_reap(&helper); /* long dead by now: no wait */
+    close(s->idmap_fd);         /* the child had its copy */
+  sbx__ids_idmap_reap(&helper); /* long dead by now: no wait */
   return r;
 }
 
@@ -169,22 +169,22 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
 {
   cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirfd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open state dir `%s`", s->state_dir);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open state dir `%s`", s->state_dir);
   if (mkdirat(dirfd, "root", 0700) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s/root`", s->state_dir);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s/root`", s->state_dir);
   cleanup_close int listen_fd = bind_ctl_socket(dirfd, err);
   if (listen_fd < 0)
     return -1;
   cleanup_close int lease_fd = openat(dirfd, "lease", O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
   if (lease_fd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open the lease file");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open the lease file");
   int to_parent[2], to_child[2];
   if (pipe2(to_parent, O_CLOEXEC) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
   if (pipe2(to_child, O_CLOEXEC) < 0) {
     close(to_parent[0]);
     close(to_parent[1]);
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
   }
   unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
                         (s->net_host ? 0 : CLONE_NEWNET) | SIGCHLD;
@@ -201,17 +201,17 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
   cleanup_close int rd = to_parent[0];
   cleanup_close int wr = to_child[1];
   if (pid < 0)
-    return sbx_make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
+    return sbx__make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
   /* The cgroup is made while the child builds its root filesystem (two CPUs, two jobs); the
    * child only starts processes after it has been moved in. */
-  if (sbx_cgroup_create(s, pid, cg, err) < 0)
+  if (sbx__cgroup_create(s, pid, cg, err) < 0)
     goto fail_child;
   {
     /* one write: the pipe delivers it whole (under PIPE_BUF) */
-    cleanup_free char *paths = sbx_cgroup_format(cg);
+    cleanup_free char *paths = sbx__cgroup_format(cg);
     cleanup_free char *msg = xasprintf("Cowner=%u\n%s", SBX_OWNER_BASE + (unsigned) pid, paths);
     if (strlen(msg) >= 4096) {
-      sbx_make_error(err, ENAMETOOLONG, SBX_E_INTERNAL, "cgroup paths too long");
+      sbx__make_error(err, ENAMETOOLONG, SBX_E_INTERNAL, "cgroup paths too long");
       goto fail_child_cg;
     }
     (void) !write(wr, msg, strlen(msg)); /* if the child died, its message is read below */
@@ -222,14 +222,14 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
   if (n > 1 && buf[0] == 'M') {
     buf[n] = '\0';
     if (sscanf(buf + 1, "%u", &base) != 1 || (base != SBX_UID_BASE && base != s->uid_base)) {
-      sbx_make_error(err, EPROTO, SBX_E_INTERNAL, "the sandbox asked for ids it was not given");
+      sbx__make_error(err, EPROTO, SBX_E_INTERNAL, "the sandbox asked for ids it was not given");
       goto fail_child_cg;
     }
     s->uid_base = base;
     if (write_map(pid, "uid_map", base, err) < 0 || write_map(pid, "gid_map", base, err) < 0)
       goto fail_child_cg;
     if (write(wr, "M", 1) != 1) {
-      sbx_make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
+      sbx__make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
       goto fail_child_cg;
     }
     n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
@@ -244,14 +244,14 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
     if (sscanf(buf + 1, "%d %d %n", &kind, &status, &at) < 2 || at <= 0 || kind < 1 ||
         kind >= SBX_E_KIND_MAX)
       kind = SBX_E_INTERNAL, status = 0, at = 0;
-    sbx_error_set(err, status, kind, buf + 1 + at);
+    sbx__error_set(err, status, kind, buf + 1 + at);
   } else {
-    sbx_make_error(err, 0, SBX_E_INTERNAL, "the sandbox died during setup");
+    sbx__make_error(err, 0, SBX_E_INTERNAL, "the sandbox died during setup");
   }
 fail_child_cg:
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  sbx_cgroup_destroy(cg, 1000, NULL);
+  sbx__cgroup_destroy(cg, 1000, NULL);
   return -1;
 fail_child:
   kill(pid, SIGKILL);
@@ -265,21 +265,21 @@ static void write_launch_record(const struct sbx_launch_spec *s, pid_t pid, cons
   cleanup_close int dirfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   cleanup_free char *text =
       xasprintf("pid=%d\nstart=%llu\nuids=%u\n%s", (int) pid,
-                (unsigned long long) sbx_proc_start_time((long) pid), s->uid_base, cgroups);
+                (unsigned long long) sbx__proc_start_time((long) pid), s->uid_base, cgroups);
   if (dirfd >= 0)
-    sbx_write_file_at(dirfd, SBX_LAUNCH_RECORD, text, strlen(text), 0600, false);
+    sbx__write_file_at(dirfd, SBX_LAUNCH_RECORD, text, strlen(text), 0600, false);
 }
 
-int sbx_launch_main(int fd)
+int sbx__launch_main(int fd)
 {
   signal(SIGPIPE, SIG_IGN);
   sbx_frame_hdr_t hdr;
   cleanup_free char *payload = NULL;
-  if (sbx_frame_recv(fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0 || hdr.type != SBX_MSG_LAUNCH)
+  if (sbx__frame_recv(fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0 || hdr.type != SBX_MSG_LAUNCH)
     return 2;
   struct sbx_launch_spec spec;
-  if (sbx_launch_spec_decode(payload, hdr.len, &spec) < 0) {
-    sbx_frame_send_error(fd, hdr.req, SBX_E_INTERNAL, 0, "malformed launch spec");
+  if (sbx__launch_spec_decode(payload, hdr.len, &spec) < 0) {
+    sbx__frame_send_error(fd, hdr.req, SBX_E_INTERNAL, 0, "malformed launch spec");
     return 2;
   }
   sbx_error_t err = NULL;
@@ -289,33 +289,33 @@ int sbx_launch_main(int fd)
   /* The kernel's features are probed here, in the process that uses them (a caller under
    * valgrind sees ENOSYS for calls valgrind does not know): an old kernel, or a seccomp filter
    * of the caller's, refuses naming the missing call before anything is made. */
-  int ok = sbx_kernel_check(&err);
+  int ok = sbx__kernel_check(&err);
   for (size_t i = 0; ok == 0 && i < spec.n_mounts; i++)
     if (spec.mounts[i].read_only)
-      ok = sbx_kernel_require(SBX_KF_MOUNT_SETATTR, "a read_only mount", &err);
+      ok = sbx__kernel_require(SBX_KF_MOUNT_SETATTR, "a read_only mount", &err);
   if (ok < 0 || launch(&spec, &pid, &cg, &err) < 0) {
-    sbx_frame_send_error(fd, hdr.req, err->kind, err->status, err->msg);
+    sbx__frame_send_error(fd, hdr.req, err->kind, err->status, err->msg);
     sbx_error_release(&err);
     ret = 1;
   } else {
-    cleanup_free char *cgs = sbx_cgroup_format(&cg);
+    cleanup_free char *cgs = sbx__cgroup_format(&cg);
     /* The record first: a creator killed after our report but before it wrote the pid into
      * its metadata leaves a sandbox that only this file names (its destroy reads it). */
     write_launch_record(&spec, pid, cgs);
     sbx_tlv_writer_t w = {0};
-    sbx_tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
-    sbx_tlv_put_u64(&w, SBX_T_UID, spec.uid_base);
-    sbx_tlv_put_str(&w, SBX_T_TEXT, cgs);
-    if (sbx_frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w) < 0) {
+    sbx__tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
+    sbx__tlv_put_u64(&w, SBX_T_UID, spec.uid_base);
+    sbx__tlv_put_str(&w, SBX_T_TEXT, cgs);
+    if (sbx__frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w) < 0) {
       /* the creator is gone before learning of the sandbox: nobody would ever use it */
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);
-      sbx_cgroup_destroy(&cg, 1000, NULL);
+      sbx__cgroup_destroy(&cg, 1000, NULL);
       ret = 1;
     }
-    sbx_tlv_free(&w);
+    sbx__tlv_free(&w);
   }
-  sbx_cgroup_free(&cg);
-  sbx_launch_spec_free(&spec);
+  sbx__cgroup_free(&cg);
+  sbx__launch_spec_free(&spec);
   return ret;
 }

@@ -30,11 +30,11 @@ static int mnt(const char *src, const char *dst, const char *type, unsigned long
                const char *data, sbx_error_t *err)
 {
   if (mount(src, dst, type, flags, data) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on `%s`",
-                          src    ? src
-                          : type ? type
-                                 : "(remount)",
-                          dst);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on `%s`",
+                           src    ? src
+                           : type ? type
+                                  : "(remount)",
+                           dst);
   return 0;
 }
 
@@ -48,7 +48,7 @@ static int make_readonly(const char *path, bool recursive, sbx_error_t *err)
     return 0;
   struct statvfs sv;
   if (statvfs(path, &sv) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "statvfs `%s`", path);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "statvfs `%s`", path);
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
   if (sv.f_flag & ST_NOSUID)
     flags |= MS_NOSUID;
@@ -75,8 +75,8 @@ static int bind_mount(const char *src, const char *dst, bool ro, sbx_error_t *er
 static int write_at(int dirfd, const char *name, const char *content, sbx_error_t *err)
 {
   cleanup_close int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || sbx_write_all(fd, content, strlen(content)) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "write /etc/%s", name);
+  if (fd < 0 || sbx__write_all(fd, content, strlen(content)) < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "write /etc/%s", name);
   return 0;
 }
 
@@ -84,7 +84,7 @@ static int touch_at(int dirfd, const char *name, sbx_error_t *err)
 {
   int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create mount point `%s`", name);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create mount point `%s`", name);
   close(fd);
   return 0;
 }
@@ -94,7 +94,7 @@ static int etc_setup(int rootfd, const char *root, const struct sbx_launch_spec 
 {
   cleanup_close int etc = openat(rootfd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (etc < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open /etc");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open /etc");
   cleanup_free char *hosts = xasprintf(SBX_ETC_HOSTS_FMT, s->id);
   cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT "\n", s->id);
   const char *profile =
@@ -117,7 +117,7 @@ static int etc_setup(int rootfd, const char *root, const struct sbx_launch_spec 
     /* with the host's network the host's resolver configuration is what works */
     cleanup_free char *data = NULL;
     size_t len = 0;
-    if (sbx_read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &data, &len) == 0 &&
+    if (sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &data, &len) == 0 &&
         write_at(etc, "resolv.conf", data, err) < 0)
       return -1;
   }
@@ -125,7 +125,7 @@ static int etc_setup(int rootfd, const char *root, const struct sbx_launch_spec 
   ssize_t n = readlink("/etc/localtime", target, sizeof target - 1);
   if (n > 0) {
     target[n] = '\0';
-    if (sbx_str_has_prefix(target, "/usr/"))
+    if (sbx__str_has_prefix(target, "/usr/"))
       (void) symlinkat(target, etc, "localtime");
   }
   /* Read-only binds of public host files that programs in /usr expect. */
@@ -147,7 +147,7 @@ static int etc_setup(int rootfd, const char *root, const struct sbx_launch_spec 
       if (strchr(binds[i].name, '/'))
         mkdirat(etc, "ssl", 0755);
       if (mkdirat(etc, binds[i].name, 0755) < 0 && errno != EEXIST)
-        return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /etc/%s", binds[i].name);
+        return sbx__make_error(err, errno, SBX_E_INTERNAL, "create /etc/%s", binds[i].name);
     } else if (touch_at(etc, binds[i].name, err) < 0) {
       return -1;
     }
@@ -163,7 +163,7 @@ static int dev_setup(int rootfd, const char *root, sbx_error_t *err)
   static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
   cleanup_close int dev = openat(rootfd, "dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dev < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open /dev");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open /dev");
   for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
     if (touch_at(dev, nodes[i], err) < 0)
       return -1;
@@ -237,19 +237,19 @@ static int mountpoint_in_root(int rootfd, const char *path, bool dir, sbx_error_
       cleanup_close int pfd =
           (int) syscall(SYS_openat2, rootfd, *parent ? parent : "/", &how, sizeof how);
       if (pfd < 0)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
+        return sbx__make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
       int r = (last && !dir) ? mknodat(pfd, slash + 1, S_IFREG | 0644, 0)
                              : mkdirat(pfd, slash + 1, 0755);
       if (r < 0 && errno != EEXIST)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "create mount point `%s`", path);
+        return sbx__make_error(err, errno, SBX_E_CONFIG, "create mount point `%s`", path);
       fd = (int) syscall(SYS_openat2, rootfd, p, &how, sizeof how);
       if (fd < 0)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
+        return sbx__make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
       if (last)
         return fd;
       close(fd);
     } else {
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
+      return sbx__make_error(err, errno, SBX_E_CONFIG, "mount point `%s`", path);
     }
     *s = '/';
   }
@@ -276,13 +276,13 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
       bool ro = i > 0 && s->mounts[i - 1].read_only;
       if (i == 0 && host[0] == '\0')
         continue;
-      int tree = trees[i] = sbx_open_tree_nofollow(host, i > 0);
+      int tree = trees[i] = sbx__open_tree_nofollow(host, i > 0);
       if (tree < 0)
-        return sbx_make_error(err, errno, i ? SBX_E_CONFIG : SBX_E_INTERNAL, "mount source `%s`%s",
-                              host, errno == ELOOP ? " (a symlink on the way)" : "");
+        return sbx__make_error(err, errno, i ? SBX_E_CONFIG : SBX_E_INTERNAL, "mount source `%s`%s",
+                               host, errno == ELOOP ? " (a symlink on the way)" : "");
       if (sbx_tree_nosuid_nodev(tree) < 0) {
         if (errno != ENOSYS)
-          return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
+          return sbx__make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
         s->nosuid_by_remount = true; /* read_only mounts were refused before (kernel.c) */
       }
       /* a mount is idmapped when its top belongs to the sandboxes' on-disk owner (the thread
@@ -290,17 +290,17 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
        * unwritable (the kernel refuses writes to an inode whose owner the idmap lacks) */
       struct stat st;
       if (fstat(tree, &st) < 0)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", host);
+        return sbx__make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", host);
       bool ours = i == 0 || st.st_uid == SBX_UID_BASE;
-      if (idmap && ours && sbx_tree_idmap(tree, s->idmap_fd) < 0) {
+      if (idmap && ours && sbx__tree_idmap(tree, s->idmap_fd) < 0) {
         if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS && errno != EPERM)
-          return sbx_make_error(err, errno, SBX_E_INTERNAL, "idmap `%s`", host);
+          return sbx__make_error(err, errno, SBX_E_INTERNAL, "idmap `%s`", host);
         retry = !ro; /* a read-only mount keeps the ids it has, nothing is written there */
       }
       struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
       if (ro && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
                         sizeof attr) < 0)
-        return sbx_make_error(err, errno, SBX_E_CONFIG, "make `%s` read-only", host);
+        return sbx__make_error(err, errno, SBX_E_CONFIG, "make `%s` read-only", host);
     }
     if (!retry)
       return 0;
@@ -319,7 +319,7 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
 static int remount_nosuid(const char *path, sbx_error_t *err)
 {
   if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "make `%s` nosuid,nodev", path);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "make `%s` nosuid,nodev", path);
   return 0;
 }
 
@@ -332,13 +332,13 @@ static int user_mounts(int rootfd, const struct sbx_launch_spec *s, const int *t
     const struct sbx_launch_mount *m = &s->mounts[i];
     struct stat st;
     if (fstat(trees[i], &st) < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", m->host);
+      return sbx__make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", m->host);
     cleanup_close int fd = mountpoint_in_root(rootfd, m->container, S_ISDIR(st.st_mode), err);
     if (fd < 0)
       return -1;
     if (syscall(SYS_move_mount, trees[i], "", fd, "",
                 MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-      return sbx_make_error(err, errno, SBX_E_CONFIG, "mount `%s` at `%s`", m->host, m->container);
+      return sbx__make_error(err, errno, SBX_E_CONFIG, "mount `%s` at `%s`", m->host, m->container);
     if (s->nosuid_by_remount) {
       cleanup_free char *at = xasprintf("%s/root%s", s->state_dir, m->container);
       if (remount_nosuid(at, err) < 0)
@@ -356,30 +356,30 @@ static void close_trees(int *trees, size_t n)
   free(trees);
 }
 
-int sbx_net_setup_loopback(sbx_error_t *err)
+int sbx__net_setup_loopback(sbx_error_t *err)
 {
   cleanup_close int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "socket for loopback");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "socket for loopback");
   struct ifreq ifr = {0};
   strcpy(ifr.ifr_name, "lo");
   if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "get flags of lo");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "get flags of lo");
   ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
   if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "bring up lo");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "bring up lo");
   return 0;
 }
 
 static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err);
 static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err);
 
-int sbx_rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
+int sbx__rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
 {
   if (s->layers == NULL && strcmp(s->image, "host") != 0)
-    return sbx_make_error(err, 0, SBX_E_UNSUPPORTED, "image `%s` is not available", s->image);
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "image `%s` is not available", s->image);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "make mounts private");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "make mounts private");
   int *trees = xmalloc((s->n_mounts + 1) * sizeof *trees);
   for (size_t i = 0; i <= s->n_mounts; i++)
     trees[i] = -1;
@@ -404,8 +404,8 @@ static int user_data_setup(const char *root, const struct sbx_launch_spec *s, in
     /* libsbx made the folder and its parents without following symlinks; none was followed
      * here either (the sandbox writes inside it, never next to it, but the rule costs nothing) */
     if (syscall(SYS_move_mount, tree, "", AT_FDCWD, ud, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
-                            s->user_data);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "mount `%s` on /mnt/user-data",
+                             s->user_data);
     return s->nosuid_by_remount ? remount_nosuid(ud, err) : 0;
   }
   char opts[128];
@@ -417,7 +417,7 @@ static int user_data_setup(const char *root, const struct sbx_launch_spec *s, in
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     cleanup_free char *d = xasprintf("%s/%s", ud, subs[i]);
     if (mkdir(d, 0755) < 0 || chown(d, s->uid_base, s->uid_base) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
   }
   return 0;
 }
@@ -431,19 +431,19 @@ static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
     return -1;
   cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
 
   static const char *const dirs[] = {"usr", "etc",           "proc", "dev",  "sys", "tmp", "root",
                                      "mnt", "mnt/user-data", "var",  "home", "run", "opt"};
   for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
     if (mkdirat(rootfd, dirs[i], strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", dirs[i]);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "create /%s", dirs[i]);
   static const char *const links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
   for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
     cleanup_free char *host = xasprintf("/usr/%s", links[i]);
     cleanup_free char *target = xasprintf("usr/%s", links[i]);
     if (access(host, F_OK) == 0 && symlinkat(target, rootfd, links[i]) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "link /%s", links[i]);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "link /%s", links[i]);
   }
   symlinkat("../tmp", rootfd, "var/tmp");
 
@@ -479,19 +479,19 @@ static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   return user_mounts(rootfd, s, trees + 1, err);
 }
 
-int sbx_rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
+int sbx__rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
 {
   cleanup_free char *root = xasprintf("%s/root", s->state_dir);
   /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the
    * new tree (no writable put_old directory is needed in a read-only root). */
   if (chdir(root) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "chdir `%s`", root);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "chdir `%s`", root);
   if (syscall(SYS_pivot_root, ".", ".") < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "pivot_root");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pivot_root");
   if (umount2(".", MNT_DETACH) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "detach the old root");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "detach the old root");
   if (chdir("/") < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "chdir /");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "chdir /");
   /* an image's root is its writable overlay */
   return s->layers ? 0 : make_readonly("/", false, err);
 }
@@ -516,10 +516,10 @@ static int range_userns(uint32_t base, sbx_error_t *err)
 {
   int ready[2], hold[2];
   if (pipe2(ready, O_CLOEXEC) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "pipe");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pipe");
   if (pipe2(hold, O_CLOEXEC) < 0) {
     close(ready[0]), close(ready[1]);
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "pipe");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pipe");
   }
   pid_t pid = fork();
   if (pid == 0) {
@@ -546,7 +546,7 @@ static int range_userns(uint32_t base, sbx_error_t *err)
     for (int i = 0; i < 2 && ok; i++) {
       snprintf(path, sizeof path, "/proc/%ld/%s", hpid, i ? "gid_map" : "uid_map");
       cleanup_close int m = open(path, O_WRONLY | O_CLOEXEC);
-      ok = m >= 0 && sbx_write_all(m, map, strlen(map)) == 0;
+      ok = m >= 0 && sbx__write_all(m, map, strlen(map)) == 0;
     }
     snprintf(path, sizeof path, "/proc/%ld/ns/user", hpid);
     if (ok)
@@ -558,7 +558,7 @@ static int range_userns(uint32_t base, sbx_error_t *err)
   if (pid > 0)
     TEMP_FAILURE_RETRY(waitpid(pid, NULL, 0));
   if (fd < 0)
-    return sbx_make_error(err, saved, SBX_E_INTERNAL, "make the user namespace of the id range");
+    return sbx__make_error(err, saved, SBX_E_INTERNAL, "make the user namespace of the id range");
   return fd;
 }
 
@@ -570,13 +570,13 @@ static int real_dir(int rootfd, const char *name, mode_t mode, uint32_t ids, sbx
     if (S_ISDIR(st.st_mode))
       return 0;
     if (unlinkat(rootfd, name, 0) < 0)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "replace /%s of the image", name);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "replace /%s of the image", name);
   }
   if (mkdirat(rootfd, name, mode) < 0 && errno != EEXIST)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
   if (fchownat(rootfd, name, ids, ids, AT_SYMLINK_NOFOLLOW) < 0 ||
       fchmodat(rootfd, name, mode, 0) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create /%s", name);
   return 0;
 }
 
@@ -584,11 +584,11 @@ static int real_dir(int rootfd, const char *name, mode_t mode, uint32_t ids, sbx
 static int etc_put(int etc, const char *name, const char *content, uint32_t ids, sbx_error_t *err)
 {
   if (unlinkat(etc, name, 0) < 0 && errno == EISDIR)
-    sbx_rm_rf_at(etc, name);
+    sbx__rm_rf_at(etc, name);
   cleanup_close int fd =
       openat(etc, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0 || sbx_write_all(fd, content, strlen(content)) < 0 || fchown(fd, ids, ids) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "write /etc/%s", name);
+  if (fd < 0 || sbx__write_all(fd, content, strlen(content)) < 0 || fchown(fd, ids, ids) < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "write /etc/%s", name);
   return 0;
 }
 
@@ -603,7 +603,7 @@ static int etc_merge(int etc, const char *name, const char *key, const char *lin
     char p[64];
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
     size_t len;
-    if (sbx_read_file_at(AT_FDCWD, p, 1 << 20, &data, &len) < 0)
+    if (sbx__read_file_at(AT_FDCWD, p, 1 << 20, &data, &len) < 0)
       data = NULL;
   }
   if (data) {
@@ -614,7 +614,7 @@ static int etc_merge(int etc, const char *name, const char *key, const char *lin
   }
   cleanup_free char *merged =
       xasprintf("%s%s%s", data ? data : "",
-                data && *data && !sbx_str_has_suffix(data, "\n") ? "\n" : "", line);
+                data && *data && !sbx__str_has_suffix(data, "\n") ? "\n" : "", line);
   return etc_put(etc, name, merged, ids, err);
 }
 
@@ -623,12 +623,12 @@ static int image_etc(int rootfd, const struct sbx_launch_spec *s, sbx_error_t *e
   const uint32_t ids = s->uid_base;
   cleanup_close int etc = openat(rootfd, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (etc < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open /etc");
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open /etc");
   cleanup_free char *hosts = xasprintf(SBX_ETC_HOSTS_FMT, s->id);
   cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT "\n", s->id);
   cleanup_free char *resolv = NULL;
   size_t len = 0;
-  if (s->net_host && sbx_read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &resolv, &len) < 0)
+  if (s->net_host && sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &resolv, &len) < 0)
     resolv = NULL;
   if (etc_put(etc, "hosts", hosts, ids, err) < 0 ||
       etc_put(etc, "hostname", hostname, ids, err) < 0 ||
@@ -656,59 +656,59 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   for (size_t i = 0; i < ARRAY_SIZE(made) - !capped; i++) {
     cleanup_free char *d = xasprintf("%s/%s", s->state_dir, made[i]);
     if (mkdir(d, 0755) < 0 && errno != EEXIST)
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", d);
   }
-  if (capped && sbx_disk_mount(img, base, err) < 0)
+  if (capped && sbx__disk_mount(img, base, err) < 0)
     return -1;
   if ((mkdir(upper, 0755) < 0 && errno != EEXIST) || (mkdir(work, 0755) < 0 && errno != EEXIST))
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s` and `%s`", upper, work);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s` and `%s`", upper, work);
   /* the upper's root is the overlay's root: the sandbox's root owns it */
   if (chown(upper, ids, ids) < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "chown `%s`", upper);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "chown `%s`", upper);
   cleanup_close int userns = range_userns(ids, err);
   if (userns < 0)
     return -1;
   sbx_buf_t opts = {0};
-  sbx_buf_puts(&opts, "lowerdir=");
+  sbx__buf_puts(&opts, "lowerdir=");
   cleanup_free char *layers = xstrdup(s->layers);
   char *save = NULL;
   int i = 0;
   for (char *l = strtok_r(layers, "\n", &save); l; l = strtok_r(NULL, "\n", &save), i++) {
     cleanup_free char *at = xasprintf("%s/%d", lower, i);
     if (mkdir(at, 0755) < 0 && errno != EEXIST) {
-      sbx_buf_free(&opts);
-      return sbx_make_error(err, errno, SBX_E_INTERNAL, "create `%s`", at);
+      sbx__buf_free(&opts);
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", at);
     }
     /* the layer seen through the range's ids, read-only, attached by fd */
-    cleanup_close int tree = sbx_open_tree_nofollow(l, false);
+    cleanup_close int tree = sbx__open_tree_nofollow(l, false);
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
                               .userns_fd = (uint64_t) userns};
     if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||
         syscall(SYS_move_mount, tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
-      sbx_buf_free(&opts);
-      return sbx_make_error(err, errno, SBX_E_UNSUPPORTED,
-                            "idmapped mount of layer `%s` (needs Linux 5.12+ and a file system "
-                            "that supports idmapped mounts)",
-                            l);
+      sbx__buf_free(&opts);
+      return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
+                             "idmapped mount of layer `%s` (needs Linux 5.12+ and a file system "
+                             "that supports idmapped mounts)",
+                             l);
     }
-    sbx_buf_printf(&opts, "%s%s", i ? ":" : "", at);
+    sbx__buf_printf(&opts, "%s%s", i ? ":" : "", at);
   }
   /* volatile: no sync of the upper's file system (at every fsync inside, and when the overlay
    * goes with the sandbox's last process); an upper lives and dies with its sandbox, which a
    * host crash ends anyway */
-  sbx_buf_printf(&opts, ",upperdir=%s,workdir=%s,volatile", upper, work);
+  sbx__buf_printf(&opts, ",upperdir=%s,workdir=%s,volatile", upper, work);
   int r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
   int saved = errno;
-  sbx_buf_free(&opts);
+  sbx__buf_free(&opts);
   if (r < 0)
-    return sbx_make_error(err, saved, SBX_E_UNSUPPORTED,
-                          "mount the image's overlay on `%s` (overlayfs with idmapped lower "
-                          "layers needs Linux 5.19+; the state folder's file system must support "
-                          "an overlay upper)",
-                          root);
+    return sbx__make_error(err, saved, SBX_E_UNSUPPORTED,
+                           "mount the image's overlay on `%s` (overlayfs with idmapped lower "
+                           "layers needs Linux 5.19+; the state folder's file system must support "
+                           "an overlay upper)",
+                           root);
   cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
-    return sbx_make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s`", root);
   static const struct {
     const char *name;
     mode_t mode;
