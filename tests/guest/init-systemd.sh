@@ -35,5 +35,6 @@ done
 echo sbx-guest > /etc/hostname
 # as on most hosts (and as init.sh does): lease owners are read from /proc/locks, whose inode
 # numbers are the upper layer's on the overlay root, not what stat says
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+. "$here/tmp.sh"
+guest_tmp "$here"
 exec /lib/systemd/systemd --unit=multi-user.target --log-target=console --show-status=false

@@ -5,7 +5,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 here=$(cd "$(dirname "$0")" && pwd)
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+. "$here/tmp.sh"
+guest_tmp "$here"
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts
