@@ -422,6 +422,31 @@ static int user_data_setup(const char *root, const struct sbx_launch_spec *s, in
   return 0;
 }
 
+/* What the host's root and an image's have alike, once /etc, /dev and /proc are in place:
+ * /sys, /tmp, /run, /mnt/user-data and the configured mounts. */
+static int shared_mounts(const char *root, int rootfd, const struct sbx_launch_spec *s,
+                         const int *trees, sbx_error_t *err)
+{
+  if (!s->net_host) {
+    /* sysfs may only be mounted by the owner of the network namespace */
+    cleanup_free char *sys = xasprintf("%s/sys", root);
+    if (mnt("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
+      return -1;
+  }
+  char opts[128];
+  cleanup_free char *tmp = xasprintf("%s/tmp", root);
+  snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long) s->tmp_bytes);
+  if (mnt("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
+    return -1;
+  cleanup_free char *run = xasprintf("%s/run", root);
+  snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", s->uid_base, s->uid_base);
+  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts, err) < 0)
+    return -1;
+  if (user_data_setup(root, s, trees[0], err) < 0)
+    return -1;
+  return user_mounts(rootfd, s, trees + 1, err);
+}
+
 static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
 {
   const uint32_t ids = s->uid_base;
@@ -453,30 +478,14 @@ static int rootfs_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   if (etc_setup(rootfd, root, s, err) < 0 || dev_setup(rootfd, root, err) < 0 ||
       proc_setup(root, err) < 0)
     return -1;
-  if (!s->net_host) {
-    /* sysfs may only be mounted by the owner of the network namespace */
-    cleanup_free char *sys = xasprintf("%s/sys", root);
-    if (mnt("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
-      return -1;
-  }
   char opts[128];
-  cleanup_free char *tmp = xasprintf("%s/tmp", root);
-  snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long) s->tmp_bytes);
-  if (mnt("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
-    return -1;
   cleanup_free char *home = xasprintf("%s/root", root);
   /* owned by the sandbox's root (a host-root-owned 0700 /root is unwritable inside: HOME) */
   snprintf(opts, sizeof opts, "mode=0700,size=%llu,uid=%u,gid=%u",
            (unsigned long long) s->home_bytes, ids, ids);
   if (mnt("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, opts, err) < 0)
     return -1;
-  cleanup_free char *run = xasprintf("%s/run", root);
-  snprintf(opts, sizeof opts, "mode=0755,size=16m,uid=%u,gid=%u", ids, ids);
-  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts, err) < 0)
-    return -1;
-  if (user_data_setup(root, s, trees[0], err) < 0)
-    return -1;
-  return user_mounts(rootfd, s, trees + 1, err);
+  return shared_mounts(root, rootfd, s, trees, err);
 }
 
 int sbx__rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
@@ -724,21 +733,5 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   if (mnt("dev", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=1m", err) < 0 ||
       dev_setup(rootfd, root, err) < 0 || proc_setup(root, err) < 0)
     return -1;
-  char o[128];
-  if (!s->net_host) {
-    cleanup_free char *sys = xasprintf("%s/sys", root);
-    if (mnt("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
-      return -1;
-  }
-  cleanup_free char *tmp = xasprintf("%s/tmp", root);
-  snprintf(o, sizeof o, "mode=1777,size=%llu", (unsigned long long) s->tmp_bytes);
-  if (mnt("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, o, err) < 0)
-    return -1;
-  cleanup_free char *run = xasprintf("%s/run", root);
-  snprintf(o, sizeof o, "mode=0755,size=16m,uid=%u,gid=%u", ids, ids);
-  if (mnt("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, o, err) < 0)
-    return -1;
-  if (user_data_setup(root, s, trees[0], err) < 0)
-    return -1;
-  return user_mounts(rootfd, s, trees + 1, err);
+  return shared_mounts(root, rootfd, s, trees, err);
 }
