@@ -103,6 +103,9 @@ struct sbx_config {
   int64_t max_sandbox_timeout;    /* 86400 */
   struct sbx_image_alias *images; /* image names accepted besides "host" */
   size_t n_images;
+  double pty_grace;         /* 60: seconds a PTY session outlives its WebSocket */
+  int64_t pty_max_sessions; /* 16: PTY sessions per sandbox */
+  int64_t pty_buffer;       /* 1 MiB: output kept per PTY session for replay */
 };
 
 /* Defaults for everything. */

@@ -22,6 +22,7 @@
 #include "mcp_http.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "pty.h"
 #include "registry.h"
 #include "sessions.h"
 #include "upload.h"
@@ -58,7 +59,7 @@ static enum MHD_Result h_execd_method(struct req *r)
 static enum MHD_Result h_no_code(struct req *r)
 {
   return sbxd_error(r, 501, "NOT_SUPPORTED",
-                    "%s is not supported by sbxd (no code interpreter or PTY)", r->sub);
+                    "%s is not supported by sbxd (no code interpreter)", r->sub);
 }
 
 #define GET_HEAD "GET HEAD" /* execd serves HEAD wherever it serves GET */
@@ -124,7 +125,11 @@ static const struct route routes[] = {
     {EXECD, "POST", "/directories", h_dir_make, EX, 0},
     {EXECD, "DELETE", "/directories", h_dir_remove, 0, 0},
     {EXECD, NULL, "/code*", h_no_code, 0, ROUTE_AT_ONCE},
-    {EXECD, NULL, "/pty*", h_no_code, 0, ROUTE_AT_ONCE},
+    /* PTY sessions and their WebSocket (pty.c) */
+    {EXECD, "POST", "/pty", h_pty_create, EX, 0},
+    {EXECD, GET_HEAD, "/pty/{id}", h_pty_status, 0, 0},
+    {EXECD, "DELETE", "/pty/{id}", h_pty_delete, 0, 0},
+    {EXECD, "GET", "/pty/{id}/ws", h_pty_ws, 0, ROUTE_AT_ONCE},
 };
 
 #undef GET_HEAD

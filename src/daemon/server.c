@@ -8,6 +8,7 @@
 #include "server.h"
 #include "ctx.h"
 #include "http.h"
+#include "pty.h"
 #include "registry.h"
 #include "router.h"
 
@@ -244,7 +245,7 @@ int sbxd_server_start(void)
   free(srv.listen);
   srv.listen = bound_address(fd);
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+                   MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | (v6 ? MHD_USE_IPv6 : 0);
   mhd = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned) SBXD_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -263,6 +264,7 @@ int sbxd_server_start(void)
 void sbxd_server_stop(void)
 {
   if (mhd) {
+    sbxd_pty_stop(); /* upgraded connections are ours to close before MHD stops */
     MHD_stop_daemon(mhd);
     mhd = NULL;
   }

@@ -692,6 +692,9 @@ static const struct field sbxd_fields[] = {
     {"volume_roots", F_ROOTS, 0, false, 0, NULL},
     {"max_sandbox_timeout", F_I64, OFF(max_sandbox_timeout), true, SECONDS_MAX, NULL},
     {"images", F_IMAGES, 0, false, 0, NULL},
+    {"pty_grace", F_DBL, OFF(pty_grace), false, SECONDS_MAX, NULL},
+    {"pty_max_sessions", F_I64, OFF(pty_max_sessions), true, 4096, NULL},
+    {"pty_buffer", F_I64, OFF(pty_buffer), true, (int64_t) 1 << 30, NULL},
 };
 
 #define FIELD(cfg, f, type) ((type *) (void *) ((char *) (cfg) + (f)->off))
@@ -1129,6 +1132,9 @@ static struct sbx_config *config_alloc(void)
   cfg->use_server_proxy = false;
   cfg->sandbox_timeout = 14400;
   cfg->max_sandbox_timeout = 86400;
+  cfg->pty_grace = 60;
+  cfg->pty_max_sessions = 16;
+  cfg->pty_buffer = 1 << 20;
   return cfg;
 }
 
@@ -1463,5 +1469,8 @@ char *sbx_config_dump(const struct sbx_config *cfg)
     put_quoted(&b, cfg->images[i].target);
     sbx__buf_putc(&b, '\n');
   }
+  put_num(&b, in, "pty_grace", cfg->pty_grace);
+  sbx__buf_printf(&b, "  pty_max_sessions: %" PRId64 "\n", cfg->pty_max_sessions);
+  sbx__buf_printf(&b, "  pty_buffer: %" PRId64 "\n", cfg->pty_buffer);
   return sbx__buf_steal(&b);
 }

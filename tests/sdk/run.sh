@@ -3,7 +3,7 @@
 # package-lock.json) against $SBX_BUILD/sbxd, with node's own test runner.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ ! -d node_modules/@alibaba-group/opensandbox ]; then
+if [ ! -d node_modules/@alibaba-group/opensandbox ] || [ ! -d node_modules/ws ]; then
   npm ci --silent --no-audit --no-fund
 fi
-exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs
+exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs
