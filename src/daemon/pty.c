@@ -187,6 +187,8 @@ static int ring_stream(const struct pty *p, uint64_t off, uint64_t *run)
         *run = p->marks[i + 1].at - off;
       return p->marks[i].stream;
     }
+  if (p->n_marks) /* before the oldest mark remembered: stop at it */
+    *run = p->marks[0].at - off;
   return 1;
 }
 
