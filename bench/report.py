@@ -745,6 +745,11 @@ def main():
     if os.path.exists(mcp_notes):
         with open(mcp_notes) as f:
             w(f.read().strip() + "\n")
+    # keystroke round trips: bench/keystroke.py, run separately, written by hand
+    ks_notes = os.path.join(bench, "keystroke.md")
+    if os.path.exists(ks_notes):
+        with open(ks_notes) as f:
+            w(f.read().strip() + "\n")
 
     profiles(w, res, bench)
 
