@@ -511,6 +511,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                       "sbxd:\n"
                                       "  listen: 127.0.0.1:0\n"
                                       "  max_sandbox_timeout: 3600\n"
+                                      "  pty_grace: 0\n" /* PTY sessions end between inputs */
                                       "  volume_roots: [%s/volume-root]\n"
                                       "  images:\n"
                                       "    ubuntu: host\n"
