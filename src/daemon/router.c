@@ -58,8 +58,8 @@ static enum MHD_Result h_execd_method(struct req *r)
 
 static enum MHD_Result h_no_code(struct req *r)
 {
-  return sbxd_error(r, 501, "NOT_SUPPORTED",
-                    "%s is not supported by sbxd (no code interpreter)", r->sub);
+  return sbxd_error(r, 501, "NOT_SUPPORTED", "%s is not supported by sbxd (no code interpreter)",
+                    r->sub);
 }
 
 #define GET_HEAD "GET HEAD" /* execd serves HEAD wherever it serves GET */
