@@ -547,7 +547,7 @@ def test_route_table_answers(sbxd):
     """Who answers what the route table (src/daemon/router.c) does not serve: the lifecycle and
     contract APIs say 405 for a known path's other methods and 404 for an unknown path, execd
     404 for both (but /ping: 405); parameters are one segment, a command's status id the rest,
-    a log's id may be empty; /code and /pty are prefixes."""
+    a log's id may be empty; /code is a prefix (501), /pty is pty.c's."""
     s = sbxd()
     assert s.req("GET", "/nope", key=None).status == 401  # the key is checked first
     r = s.req("GET", "/nope")
@@ -581,8 +581,12 @@ def test_route_table_answers(sbxd):
     assert sb.req("DELETE", "/session/nope").error()[0] == "CONTEXT_NOT_FOUND"
     assert sb.req("DELETE", "/session/").error()[0] == "NOT_FOUND"
     assert sb.req("GET", "/directories").error()[0] == "NOT_FOUND"
-    for p in ("/codex", "/pty", "/pty/1"):
+    for p in ("/code", "/codex", "/code/contexts"):
         assert sb.req("GET", p).status == 501, p
+    assert sb.req("GET", "/pty").error()[0] == "NOT_FOUND"  # only POST /pty
+    r = sb.req("GET", "/pty/1")
+    assert r.status == 404 and r.error() == ("CONTEXT_NOT_FOUND", "pty session 1 not found")
+    assert sb.req("GET", "/pty/1/ws/x").error()[0] == "NOT_FOUND"
     assert sb.req("GET", "/ping").status == 200
 
 
