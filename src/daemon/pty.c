@@ -57,6 +57,7 @@ struct pty {
   size_t n_signals;
   /* the WebSocket holding the session */
   bool attached;
+  int pending; /* handshakes answered, not yet attached (they count as attached) */
   uint64_t gen;
   int ws_efd; /* its eventfd (output, exit, takeover) */
   uint64_t idle_since;
@@ -240,7 +241,7 @@ static void *pty_main(void *arg)
   for (;;) {
     if (atomic_load(&srv.stopping))
       p->ending = true;
-    if (!p->attached && sbx__now_ms() - p->idle_since > grace_ms) {
+    if (!p->attached && !p->pending && sbx__now_ms() - p->idle_since > grace_ms) {
       if (!p->ending)
         sbxd_log(SBXD_INFO, "pty session %s: no client for %.0f s, killed", p->id,
                  srv.cfg->pty_grace);
@@ -690,6 +691,7 @@ static void *ws_main(void *arg)
   if (p->attached)
     kick(p->ws_efd); /* (a takeover) the holder sees gen change and closes with 4001 */
   c->gen = ++p->gen;
+  p->pending--;
   p->attached = true;
   p->ws_efd = c->efd;
   pthread_mutex_unlock(&p->lock);
@@ -789,13 +791,35 @@ static void *ws_main(void *arg)
   return NULL;
 }
 
+/* The reservation of a handshake whose upgrade never happened (the client left first). */
+static void conn_drop(struct conn *c)
+{
+  pthread_mutex_lock(&c->p->lock);
+  c->p->pending--;
+  c->p->idle_since = sbx__now_ms();
+  pthread_mutex_unlock(&c->p->lock);
+  if (c->efd >= 0)
+    close(c->efd);
+  pty_unref(c->p);
+  free(c);
+}
+
+/* (MHD calls it after on_upgrade, on the same thread, when there was one) */
+static void on_request_close(struct req *r, bool completed)
+{
+  (void) completed;
+  if (r->ctx)
+    conn_drop(r->ctx);
+  r->ctx = NULL;
+}
+
 static void on_upgrade(void *cls, struct MHD_Connection *connection, void *req_cls,
                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
                        struct MHD_UpgradeResponseHandle *urh)
 {
   (void) connection;
-  (void) req_cls;
   struct conn *c = cls;
+  ((struct req *) req_cls)->ctx = NULL; /* the WebSocket thread owns c now */
   c->urh = urh;
   c->fd = sock;
   c->extra = xmalloc(extra_in_size + 1);
@@ -807,10 +831,8 @@ static void on_upgrade(void *cls, struct MHD_Connection *connection, void *req_c
     sbxd_worker_done();
     atomic_fetch_sub(&ws_live, 1);
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-    close(c->efd);
-    pty_unref(c->p);
     free(c->extra);
-    free(c);
+    conn_drop(c);
   }
 }
 
@@ -868,9 +890,12 @@ enum MHD_Result h_pty_ws(struct req *r)
   const char *pty_q = sbxd_query(r, "pty"), *take_q = sbxd_query(r, "takeover");
   bool takeover = take_q && strcmp(take_q, "1") == 0;
   pthread_mutex_lock(&p->lock);
-  bool busy = p->attached && !takeover, gone = p->ending;
-  if (!p->mode && !busy && !gone)
-    p->mode = pty_q && strcmp(pty_q, "0") == 0 ? 2 : 1;
+  bool busy = (p->attached || p->pending) && !takeover, gone = p->ending;
+  if (!busy && !gone) {
+    p->pending++;
+    if (!p->mode)
+      p->mode = pty_q && strcmp(pty_q, "0") == 0 ? 2 : 1;
+  }
   pthread_mutex_unlock(&p->lock);
   if (gone) {
     ret = not_found(r, id);
@@ -889,15 +914,15 @@ enum MHD_Result h_pty_ws(struct req *r)
   if (c->efd < 0 || resp == NULL) {
     if (resp)
       MHD_destroy_response(resp);
-    if (c->efd >= 0)
-      close(c->efd);
-    free(c);
-    ret = sbxd_error(r, 500, "RUNTIME_ERROR", "cannot upgrade the connection");
-    goto out;
+    conn_drop(c); /* (takes our reference to p) */
+    return sbxd_error(r, 500, "RUNTIME_ERROR", "cannot upgrade the connection");
   }
   MHD_add_response_header(resp, "Upgrade", "websocket");
   MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
-  return sbxd_respond(r, 101, resp); /* c (and our reference to p) go to on_upgrade */
+  /* c (and our reference to p) go to on_upgrade, or back to on_request_close */
+  r->ctx = c;
+  r->on_close = on_request_close;
+  return sbxd_respond(r, 101, resp);
 out:
   pty_unref(p);
   return ret;
