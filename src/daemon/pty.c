@@ -470,6 +470,7 @@ enum MHD_Result h_pty_delete(struct req *r)
   pty_unlink(p); /* gone for new requests at once; the thread kills the command */
   pthread_mutex_lock(&p->lock);
   p->ending = true;
+  kick(p->ws_efd);
   pthread_mutex_unlock(&p->lock);
   kick(p->kick);
   pty_unref(p);
@@ -729,7 +730,7 @@ static void *ws_main(void *arg)
       break;
     }
     pthread_mutex_lock(&p->lock);
-    bool evicted = p->gen != c->gen, ending = p->ending && !p->exited;
+    bool evicted = p->gen != c->gen, ending = p->ending; /* DELETE */
     bool full = p->input.len >= PTY_INPUT_MAX;
     pthread_mutex_unlock(&p->lock);
     if (evicted) {

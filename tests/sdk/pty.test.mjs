@@ -196,6 +196,34 @@ test("pty: echo, stty size after resize, ctrl-c, exit frame, status", async () =
     const gone = await execd(sb, "DELETE", `/pty/${sid}`);
     assert.equal(gone.status, 404);
     assert.equal(gone.json.code, "CONTEXT_NOT_FOUND");
+
+    // pipe mode is binary-safe: every byte value through cat and back
+    const all = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const bid = await createPty(sb, { command: "head -c 512 | cat" });
+    const bin = connect(sb, bid, "?pty=0");
+    await bin.opened;
+    bin.ws.send(Buffer.concat([Buffer.from([0x00]), all]));
+    bin.ws.send(Buffer.concat([Buffer.from([0x00]), all]));
+    await bin.closed;
+    assert.equal(Buffer.from(bin.out, "latin1").compare(Buffer.concat([all, all])), 0);
+
+    // DELETE while connected: the client is told, the command is killed
+    const did = await createPty(sb);
+    const del = connect(sb, did);
+    await del.opened;
+    del.input("sleep 777\n");
+    await sleep(300);
+    assert.equal((await execd(sb, "DELETE", `/pty/${did}`)).status, 200);
+    assert.equal((await del.closed).code, 1000);
+    assert.deepEqual(del.frames.at(-1), {
+      type: "error",
+      error: "the pty session was deleted",
+      code: "SESSION_GONE",
+    });
+    await sleep(300);
+    const left = await execd(sb, "POST", "/command", { command: "pgrep -x sleep || echo none" });
+    assert.match(left.text, /none/);
+
   });
 });
 
@@ -265,7 +293,8 @@ test("pty: reconnect with since=, 409, takeover, grace expiry", async () => {
   });
 });
 
-test("pty: bounds, credentials, handshake and malformed frames", async () => {
+test("pty: bounds, credentials, handshake and malformed frames; sbxd stopping closes 1001", async () => {
+  let held;
   await withSbxd({ args: ["--config", config()] }, async (server) => {
     const sb = await sandbox(server);
     const ids = [];
@@ -291,6 +320,14 @@ test("pty: bounds, credentials, handshake and malformed frames", async () => {
     assert.equal(withKey.status, 200);
     const anon = connect(sb, ids[0], "", {});
     await assert.rejects(anon.opened, (e) => e.status === 401);
+    // another sandbox's endpoint does not reach this sandbox's sessions, nor does its token
+    const other = await sandbox(server);
+    const cross = await execd(other, "GET", `/pty/${ids[0]}`);
+    assert.equal(cross.status, 404);
+    await assert.rejects(connect(other, ids[0]).opened, (e) => e.status === 404);
+    assert.equal((await execd(other, "DELETE", `/pty/${ids[0]}`)).status, 404);
+    assert.equal((await execd(sb, "GET", `/pty/${ids[0]}`, undefined, other.headers)).status, 401);
+    assert.equal((await execd(sb, "GET", `/pty/${ids[0]}`)).status, 200);
     const missing = connect(sb, "00000000-0000-4000-8000-000000000000");
     await assert.rejects(missing.opened, (e) => e.status === 404 && /CONTEXT_NOT_FOUND/.test(e.body));
 
@@ -346,7 +383,7 @@ test("pty: bounds, credentials, handshake and malformed frames", async () => {
     const part2 = masked(0x0, [...Buffer.from("mented\n")]);
     c.ws._socket.write(Buffer.from([...part1, ...masked(0x9, [0x41]), ...part2]));
     await c.waitOut(/^fragmented\r?$/m);
-    c.ws.close();
-    await c.closed;
+    held = c; // still connected when sbxd stops
   });
+  assert.equal((await held.closed).code, 1001);
 });
