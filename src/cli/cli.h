@@ -88,6 +88,7 @@ int cmd_images(struct cli *c, int argc, char **argv);
 int cmd_rmi(struct cli *c, int argc, char **argv);
 int cmd_doctor(struct cli *c, int argc, char **argv);
 int cmd_pull(struct cli *c, int argc, char **argv);
+int cmd_attach(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */
@@ -99,6 +100,11 @@ int cli_with_sandbox(struct cli *c, struct cli_scope *s, int (*fn)(sbx_sandbox_t
 int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
                         const char *const *argv, const char *const *env, size_t n_env,
                         double timeout, bool tty);
+/* Our terminal in raw mode (restored at exit too); false when stdin is not one. */
+bool cli_tty_make_raw(void);
+void cli_tty_restore(void);
+/* Our terminal's size (24 x 80 when unknown). */
+void cli_window_size(unsigned *rows, unsigned *cols);
 int cmd_shell(struct cli *c, int argc, char **argv);
 /* shared by exec and run */
 int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const char *const *env,

@@ -156,3 +156,19 @@ out:
     return cli_fail(&err);
   return ret;
 }
+
+/* (for sbx attach) */
+bool cli_tty_make_raw(void)
+{
+  return tty_make_raw();
+}
+
+void cli_tty_restore(void)
+{
+  tty_restore();
+}
+
+void cli_window_size(unsigned *rows, unsigned *cols)
+{
+  window_size(rows, cols);
+}

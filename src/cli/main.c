@@ -8,6 +8,7 @@ static const struct cli_verb verbs[] = {
     {"exec", cmd_exec, "run a command in the scope's sandbox"},
     {"run", cmd_run, "run a command in a throw-away sandbox"},
     {"shell", cmd_shell, "an interactive shell in the scope's sandbox"},
+    {"attach", cmd_attach, "a terminal on a PTY session of sbxd (^P ^Q detaches)"},
     {"read", cmd_read, "print a text file (optionally a line range)"},
     {"write", cmd_write, "write stdin to a file (text; --append to append)"},
     {"upload", cmd_upload, "write stdin to a file (bytes)"},

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- SHA-1 ---- */
@@ -156,8 +157,11 @@ int sbxd_ws_next(struct ws_rx *rx, struct ws_event *ev)
       return fail(rx, WS_CLOSE_PROTOCOL, "unknown data opcode %d", op);
     if (op > WS_OP_PONG)
       return fail(rx, WS_CLOSE_PROTOCOL, "unknown control opcode %d", op);
-    if (!masked)
+    if (!masked && !rx->client)
       return fail(rx, WS_CLOSE_PROTOCOL, "client frames must be masked");
+    if (masked && rx->client)
+      return fail(rx, WS_CLOSE_PROTOCOL, "server frames must not be masked");
+    size_t kl = masked ? 4 : 0;
     size_t hdr = 2;
     uint64_t len = p[1] & 0x7F;
     if (len == 126) {
@@ -194,10 +198,11 @@ int sbxd_ws_next(struct ws_rx *rx, struct ws_event *ev)
       if (total > max)
         return fail(rx, WS_CLOSE_TOO_BIG, "message of more than %zu bytes", max);
     }
-    if (avail - hdr < 4 || avail - hdr - 4 < len)
+    if (avail - hdr < kl || avail - hdr - kl < len)
       return 0;
-    const uint8_t *key = p + hdr, *payload = p + hdr + 4;
-    rx->in_off += hdr + 4 + (size_t) len;
+    static const uint8_t nokey[4] = {0};
+    const uint8_t *key = masked ? p + hdr : nokey, *payload = p + hdr + kl;
+    rx->in_off += hdr + kl + (size_t) len;
     if (control) {
       rx->ctl.len = 0;
       unmask_into(&rx->ctl, payload, (size_t) len, key);
@@ -273,6 +278,29 @@ void sbxd_ws_frame(sbx_buf_t *out, int op, const void *d, size_t n)
   sbx__buf_append(out, h, hl);
   if (n)
     sbx__buf_append(out, d, n);
+}
+
+void sbxd_ws_client_frame(sbx_buf_t *out, int op, const void *d, size_t n)
+{
+  char hex[9];
+  uint8_t key[4];
+  sbx__random_hex(hex, 8);
+  for (int i = 0; i < 4; i++) {
+    char two[3] = {hex[2 * i], hex[2 * i + 1], '\0'};
+    key[i] = (uint8_t) strtoul(two, NULL, 16);
+  }
+  size_t at = out->len;
+  sbxd_ws_frame(out, op, d, n);
+  size_t hl = out->len - at - n;
+  sbx__buf_reserve(out, 4);
+  uint8_t *f = (uint8_t *) out->data + at;
+  memmove(f + hl + 4, f + hl, n);
+  f[1] = (uint8_t) (f[1] | 0x80);
+  memcpy(f + hl, key, 4);
+  for (size_t i = 0; i < n; i++)
+    f[hl + 4 + i] ^= key[i & 3];
+  out->len += 4;
+  out->data[out->len] = '\0';
 }
 
 void sbxd_ws_close_frame(sbx_buf_t *out, int code, const char *reason)

@@ -42,6 +42,7 @@ struct ws_rx {
   sbx_buf_t msg;  /* the fragmented message being assembled */
   int msg_op;     /* its opcode, 0 when none is open */
   size_t max;     /* message size limit; 0: SBXD_WS_MAX_MESSAGE */
+  bool client;    /* the client's side: frames (a server's) must not be masked */
   sbx_buf_t ctl;  /* the last control frame's payload */
   bool closed;    /* a close frame was parsed: nothing after it counts */
   int close_code; /* after an error: the code to close with */
@@ -66,6 +67,8 @@ void sbxd_ws_rx_free(struct ws_rx *rx);
 void sbxd_ws_frame(sbx_buf_t *out, int op, const void *d, size_t n);
 /* Appends a close frame with code and reason (at most 123 bytes of it). */
 void sbxd_ws_close_frame(sbx_buf_t *out, int code, const char *reason);
+/* A client's frame: final, masked with a fresh random key (RFC 6455 section 5.3). */
+void sbxd_ws_client_frame(sbx_buf_t *out, int op, const void *d, size_t n);
 
 /* Sec-WebSocket-Accept for a Sec-WebSocket-Key; false when the key is not 16 bytes in base64. */
 bool sbxd_ws_accept(const char *key, char out[29]);

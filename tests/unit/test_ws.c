@@ -273,6 +273,45 @@ static void test_violations(void **state)
   expect_fail(b, n, WS_CLOSE_BAD_DATA, "UTF-8", 0);
 }
 
+/* The client's side: it sends masked frames the server parses, and parses unmasked ones. */
+static void test_client_side(void **state)
+{
+  (void) state;
+  size_t sizes[] = {0, 5, 126, 70000};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    size_t len = sizes[k];
+    char *payload = malloc(len + 1);
+    for (size_t i = 0; i < len; i++)
+      payload[i] = (char) ('a' + i % 26);
+    sbx_buf_t out = {0};
+    sbxd_ws_client_frame(&out, WS_OP_TEXT, payload, len);
+    struct ws_rx server = {0}, client = {.client = true};
+    struct ws_event ev;
+    sbxd_ws_feed(&server, out.data, out.len);
+    assert_int_equal(sbxd_ws_next(&server, &ev), 1);
+    assert_int_equal(ev.len, len);
+    if (len)
+      assert_memory_equal(ev.data, payload, len);
+    sbxd_ws_feed(&client, out.data, out.len); /* a masked frame: not from a server */
+    assert_int_equal(sbxd_ws_next(&client, &ev), -1);
+    assert_int_equal(client.close_code, WS_CLOSE_PROTOCOL);
+    struct ws_rx client2 = {.client = true};
+    out.len = 0;
+    sbxd_ws_frame(&out, WS_OP_BINARY, payload, len);
+    sbxd_ws_feed(&client2, out.data, out.len);
+    assert_int_equal(sbxd_ws_next(&client2, &ev), 1);
+    assert_int_equal(ev.op, WS_OP_BINARY);
+    assert_int_equal(ev.len, len);
+    if (len)
+      assert_memory_equal(ev.data, payload, len);
+    sbxd_ws_rx_free(&server);
+    sbxd_ws_rx_free(&client);
+    sbxd_ws_rx_free(&client2);
+    sbx__buf_free(&out);
+    free(payload);
+  }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -283,6 +322,7 @@ int main(void)
       cmocka_unit_test(test_fragments_with_ping),
       cmocka_unit_test(test_close),
       cmocka_unit_test(test_violations),
+      cmocka_unit_test(test_client_side),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
