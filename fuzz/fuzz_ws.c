@@ -4,7 +4,7 @@
  * feed and once cut into pieces whose sizes come from the input itself, with a small message
  * limit; both runs must give the same events and the same verdict (a read may split a frame
  * anywhere), every event must stay within what was fed, and a failure must name a close code
- * from RFC 6455's list.
+ * from RFC 6455's list. A bit of the first byte makes it the client's side (sbx attach).
  *
  * The parser is compiled into this target (h2o's style):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc/common \
@@ -26,9 +26,10 @@ static void record(sbx_buf_t *log, const struct ws_event *ev, size_t fed)
   sbx__buf_putc(log, '>');
 }
 
-static int run(const uint8_t *d, size_t n, const uint8_t *cuts, size_t n_cuts, sbx_buf_t *log)
+static int run(const uint8_t *d, size_t n, const uint8_t *cuts, size_t n_cuts, bool client,
+               sbx_buf_t *log)
 {
-  struct ws_rx rx = {.max = 4096};
+  struct ws_rx rx = {.max = 4096, .client = client};
   struct ws_event ev;
   size_t off = 0, c = 0;
   int r = 0;
@@ -53,15 +54,16 @@ static int run(const uint8_t *d, size_t n, const uint8_t *cuts, size_t n_cuts, s
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-  /* the first byte says how many of the next bytes are cut sizes */
+  /* the first byte says how many of the next bytes are cut sizes, and which side parses */
   size_t n_cuts = size ? data[0] % 16 : 0;
+  bool client = size && (data[0] & 0x10);
   if (size < 1 + n_cuts)
     return 0;
   const uint8_t *cuts = data + 1, *d = data + 1 + n_cuts;
   size_t n = size - 1 - n_cuts;
   sbx_buf_t a = {0}, b = {0};
-  run(d, n, NULL, 0, &a);
-  run(d, n, cuts, n_cuts, &b);
+  run(d, n, NULL, 0, client, &a);
+  run(d, n, cuts, n_cuts, client, &b);
   if (a.len != b.len || (a.len && memcmp(a.data, b.data, a.len) != 0))
     abort();
   sbx__buf_free(&a);
@@ -82,6 +84,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       (ev.len && memcmp(ev.data, d, ev.len) != 0))
     abort();
   sbxd_ws_rx_free(&rx);
+  /* and the client's frames parse on the server's side */
+  struct ws_rx srx = {0};
+  out.len = 0;
+  sbxd_ws_client_frame(&out, WS_OP_BINARY, d, n > 300 ? 300 : n);
+  sbxd_ws_feed(&srx, out.data, out.len);
+  if (sbxd_ws_next(&srx, &ev) != 1 || ev.len != (n > 300 ? 300 : n) ||
+      (ev.len && memcmp(ev.data, d, ev.len) != 0))
+    abort();
+  sbxd_ws_rx_free(&srx);
   sbx__buf_free(&out);
   sbx__buf_free(&masked);
   return 0;
