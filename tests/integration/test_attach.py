@@ -3,6 +3,8 @@ terminal's size, docker's detach keys (^P ^Q) leaving the session running, reatt
 --since, ^P followed by another key passing through, and the command's exit status."""
 import re
 import shlex
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -19,6 +21,7 @@ def attach_cmd(tmp_path, s, sb, sid, *extra):
             "; echo SBX-EXITED:$?")
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_attach_detach_reattach(sbxd, tmux, tmp_path):  # noqa: F811
     s = sbxd()
     sb = s.create()
@@ -67,8 +70,6 @@ def test_attach_detach_reattach(sbxd, tmux, tmp_path):  # noqa: F811
 
 
 def test_attach_errors(sbxd, tmp_path):  # noqa: F811
-    import subprocess
-
     s = sbxd()
     sb = s.create()
     env = {"OPEN_SANDBOX_API_KEY": KEY, "PATH": "/usr/bin:/bin"}
