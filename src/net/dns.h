@@ -29,7 +29,7 @@ enum {
 
 struct sbx_dns_query {
   uint16_t id;
-  uint16_t flags;               /* the header's second word as sent */
+  uint16_t flags;                  /* the header's second word as sent */
   char name[SBX_DNS_MAX_NAME + 1]; /* lowercased, no trailing dot; "" for the root */
   uint16_t qtype, qclass;
   size_t question_end; /* offset just past the question */
