@@ -460,7 +460,7 @@ sbx_net_policy_t *sbx__net_policy_parse(const char *text, size_t len, const char
                                         sbx_error_t *err)
 {
   json_error_t je;
-  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
   if (j == NULL) {
     sbx__make_error(err, 0, SBX_E_INVALID, "%s: not JSON (line %d: %s)", what ? what : "policy",
                     je.line, je.text);
