@@ -60,8 +60,9 @@ static void test_parse_shapes(void **state)
   serializes("null", "{\"defaultAction\":\"deny\",\"egress\":[]}");
   serializes("{}", "{\"defaultAction\":\"deny\",\"egress\":[]}");
   serializes("{\"defaultAction\":\"allow\"}", "{\"defaultAction\":\"allow\",\"egress\":[]}");
-  serializes("{\"egress\":[{\"action\":\"allow\",\"target\":\"PyPI.org.\"}]}",
-             "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\",\"target\":\"pypi.org\"}]}");
+  serializes(
+      "{\"egress\":[{\"action\":\"allow\",\"target\":\"PyPI.org.\"}]}",
+      "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\",\"target\":\"pypi.org\"}]}");
   /* canonical address forms; host bits of a CIDR cleared */
   serializes("{\"defaultAction\":\"allow\",\"egress\":["
              "{\"action\":\"deny\",\"target\":\"10.1.2.3/8\"},"
@@ -76,9 +77,10 @@ static void test_parse_shapes(void **state)
   /* DeerFlow's modes */
   serializes("{\"mode\":\"open\"}", "{\"defaultAction\":\"allow\",\"egress\":[]}");
   serializes("{\"mode\":\"isolated\"}", "{\"defaultAction\":\"deny\",\"egress\":[]}");
-  serializes("{\"mode\":\"allowlist\",\"allowlist\":[\"pypi.org\",\"*.cdn.test\",\"PYPI.org\"]}",
-             "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\",\"target\":\"pypi.org\"},"
-             "{\"action\":\"allow\",\"target\":\"*.cdn.test\"}]}");
+  serializes(
+      "{\"mode\":\"allowlist\",\"allowlist\":[\"pypi.org\",\"*.cdn.test\",\"PYPI.org\"]}",
+      "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\",\"target\":\"pypi.org\"},"
+      "{\"action\":\"allow\",\"target\":\"*.cdn.test\"}]}");
 }
 
 static void test_parse_errors(void **state)
@@ -86,7 +88,8 @@ static void test_parse_errors(void **state)
   (void) state;
   refused("[", "networkPolicy: not JSON");
   refused("[]", "networkPolicy: must be an object");
-  refused("{\"defaultAction\":\"maybe\"}", "networkPolicy.defaultAction: must be \"allow\" or \"deny\"");
+  refused("{\"defaultAction\":\"maybe\"}",
+          "networkPolicy.defaultAction: must be \"allow\" or \"deny\"");
   refused("{\"defaultAction\":\"ALLOW\"}", "networkPolicy.defaultAction");
   refused("{\"ingress\":[]}", "networkPolicy.ingress: unknown field");
   refused("{\"egress\":{}}", "networkPolicy.egress: must be an array");
@@ -103,9 +106,11 @@ static void test_parse_errors(void **state)
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"*\"}]}", "`*`");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"-a.b\"}]}", "'-'");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"a b\"}]}", "outside");
-  refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0.0/33\"}]}", "prefix length must be 0..32");
+  refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0.0/33\"}]}",
+          "prefix length must be 0..32");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0.0/\"}]}", "prefix length");
-  refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0/8\"}]}", "CIDR with a bad address");
+  refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0/8\"}]}",
+          "CIDR with a bad address");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"::1/129\"}]}", "0..128");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"1.2.3.256\"}]}", "not a valid IP");
   refused("{\"egress\":[{\"action\":\"allow\",\"target\":\"fe80::1%eth0\"}]}", "not an IPv6");
@@ -114,7 +119,8 @@ static void test_parse_errors(void **state)
   refused("{\"mode\":\"sometimes\"}", "networkPolicy: mode: `sometimes`");
   refused("{\"mode\":\"open\",\"allowlist\":[\"a.b\"]}", "only with mode \"allowlist\"");
   refused("{\"mode\":\"allowlist\",\"allowlist\":[\"a..b\"]}", "networkPolicy: allowlist[0]");
-  refused("{\"mode\":\"allowlist\",\"allowlist\":[3]}", "networkPolicy.allowlist[0]: must be a string");
+  refused("{\"mode\":\"allowlist\",\"allowlist\":[3]}",
+          "networkPolicy.allowlist[0]: must be a string");
   /* bounds: a 254-character name, and one rule too many */
   char name[300];
   memset(name, 'a', sizeof name);
@@ -137,15 +143,15 @@ static void test_parse_errors(void **state)
   sbx__buf_free(&b);
 }
 
-static struct sbx_net_addr A(const char *s)
-{
+static struct sbx_net_addr A(const char *s) {
   struct sbx_net_addr a;
   if (!sbx__net_addr_parse(s, &a))
     fail_msg("%s", s);
   return a;
 }
 
-static void name_is(const sbx_net_policy_t *p, const char *name, int action, const char *why)
+static void
+name_is(const sbx_net_policy_t *p, const char *name, int action, const char *why)
 {
   struct sbx_net_decision d;
   sbx__net_policy_decide_name(p, name, &d);
@@ -181,7 +187,7 @@ static void test_decide_names(void **state)
   name_is(p, "cdn.test", SBX_NET_DENY, "default"); /* the wildcard is below, not the name */
   name_is(p, "xcdn.test", SBX_NET_DENY, "default");
   name_is(p, "bad.cdn.test", SBX_NET_DENY, "deny bad.cdn.test"); /* first rule wins */
-  name_is(p, "10.0.0.1", SBX_NET_DENY, "default"); /* names only meet domain rules */
+  name_is(p, "10.0.0.1", SBX_NET_DENY, "default");               /* names only meet domain rules */
   name_is(p, "", SBX_NET_DENY, "default");
   sbx__net_policy_free(p);
   /* order matters: the wildcard first shadows the deny */
@@ -419,16 +425,15 @@ static void test_store(void **state)
   assert_non_null(strstr(err->msg, "net/policy.json.egress: must be an array"));
   sbx_error_release(&err);
   /* counters and the denied log */
-  struct sbx_net_counters c = {.denied_connections = 3, .denied_lookups = 5},
-                          r = {0};
+  struct sbx_net_counters c = {.denied_connections = 3, .denied_lookups = 5}, r = {0};
   assert_int_equal(sbx__net_counters_write(dir, &c, &err), 0);
   assert_int_equal(sbx__net_counters_read(dir, &r, &err), 0);
   assert_int_equal(r.denied_connections, 3);
   assert_int_equal(r.denied_lookups, 5);
   assert_int_equal(sbx__net_denied_log(dir, "sb1", "lookup", "evil.test", "default", &err), 0);
-  assert_int_equal(sbx__net_denied_log(dir, "sb1", "connect", "10.0.0.1:80",
-                                       "always-denied: 10.0.0.0/8", &err),
-                   0);
+  assert_int_equal(
+      sbx__net_denied_log(dir, "sb1", "connect", "10.0.0.1:80", "always-denied: 10.0.0.0/8", &err),
+      0);
   char *log = xasprintf("%s/net/denied.log", dir);
   char *text = NULL;
   size_t len = 0;
@@ -451,10 +456,10 @@ static void test_store(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_shapes), cmocka_unit_test(test_parse_errors),
-      cmocka_unit_test(test_decide_names), cmocka_unit_test(test_decide_addrs),
+      cmocka_unit_test(test_parse_shapes),  cmocka_unit_test(test_parse_errors),
+      cmocka_unit_test(test_decide_names),  cmocka_unit_test(test_decide_addrs),
       cmocka_unit_test(test_decide_pinned), cmocka_unit_test(test_merge),
-      cmocka_unit_test(test_merge_bound),  cmocka_unit_test(test_store),
+      cmocka_unit_test(test_merge_bound),   cmocka_unit_test(test_store),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
