@@ -110,7 +110,8 @@ static void test_query(void **state)
   assert_int_equal(out[5], 1);
   for (int i = 6; i < 12; i++)
     assert_int_equal(out[i], 0);
-  assert_memory_equal(out + 12, p.b + 12, qend - 12);
+  /* the question as parsed (lowercase, uncompressed) */
+  assert_memory_equal(out + 12, "\x04pypi\x04test\x00\x00\x1c\x00\x01", qend - 12);
   assert_int_equal(sbx__dns_build_reply(p.b, &q, SBX_DNS_RCODE_REFUSED, out, 10), 0);
   n = sbx__dns_build_reply(p.b, &q, SBX_DNS_RCODE_REFUSED, out, sizeof out);
   assert_int_equal(out[3] & 0xf, 5);
@@ -176,6 +177,14 @@ static void test_query_errors(void **state)
   header(&p, 1, 0, 1, 0);
   put16(&p, 0xc000 | 40);
   query_refused(&p, "compression loop");
+  /* into the header: a reply changes those bytes */
+  header(&p, 1, 0, 1, 0);
+  put8(&p, 1);
+  put8(&p, 'a');
+  put16(&p, 0xc000 | 2);
+  put16(&p, 1);
+  put16(&p, 1);
+  query_refused(&p, "pointer into the header");
   header(&p, 1, 0, 1, 0);
   put8(&p, 0x40);
   query_refused(&p, "reserved label type");
