@@ -2,7 +2,9 @@
  * the sandbox's enforcer applies within a second). */
 #include "cli.h"
 
+#include <fcntl.h>
 #include <string.h>
+#include <time.h>
 
 #include "../lib/state.h"
 #include "../net/policy.h"
@@ -14,6 +16,7 @@ static const char usage[] =
     "Usage: sbx net -t THREAD [-u USER] [--json] show\n"
     "       sbx net -t THREAD [-u USER] [--json] allow|deny TARGET...\n"
     "       sbx net -t THREAD [-u USER] [--json] rm TARGET...\n"
+    "       sbx net -t THREAD [-u USER] [--json] log\n"
     "\n"
     "Reads or changes the egress policy of the scope's sandbox (sandbox.network: egress) while\n"
     "it runs; a change takes effect within a second, without a restart. A TARGET is a domain\n"
@@ -26,7 +29,10 @@ static const char usage[] =
     "\n"
     "Prints the policy after the change: the default action, then one rule a line (--json:\n"
     "{\"mode\", \"policy\": {\"defaultAction\", \"egress\"}}). The sandbox must exist; one whose\n"
-    "network is not egress has no policy (an error).\n";
+    "network is not egress has no policy (an error).\n"
+    "\n"
+    "log prints what the policy denied, oldest first: time, lookup or connect, the target and the\n"
+    "rule that denied it (--json: the log's JSON lines as they are), to decide what to allow.\n";
 
 struct net_opts {
   bool json;
@@ -47,6 +53,53 @@ static int print_policy(const sbx_net_policy_t *p, bool json)
   printf("default %s\n", p->default_action == SBX_NET_ALLOW ? "allow" : "deny");
   for (size_t i = 0; i < p->n; i++)
     printf("%s %s\n", p->rules[i].action == SBX_NET_ALLOW ? "allow" : "deny", p->rules[i].target);
+  return 0;
+}
+
+static int print_log(const char *dir, const char *id, bool json)
+{
+  sbx_error_t err = NULL;
+  cleanup_free char *pol = xasprintf("%s/%s", dir, SBX_NET_POLICY_FILE);
+  if (access(pol, F_OK) != 0) {
+    sbx__make_error(&err, 0, SBX_E_NOT_FOUND,
+                    "sandbox %s (sandbox.network is not egress?): sandbox has no egress policy",
+                    id);
+    return cli_fail(&err);
+  }
+  cleanup_free char *path = xasprintf("%s/%s", dir, SBX_NET_DENIED_LOG);
+  cleanup_free char *text = NULL;
+  size_t len = 0;
+  if (sbx__read_file_at(AT_FDCWD, path, 64u << 20, &text, &len) < 0) {
+    if (errno == ENOENT)
+      return 0; /* nothing denied yet */
+    sbx__make_error(&err, errno, SBX_E_IO, "read `%s`", path);
+    return cli_fail(&err);
+  }
+  if (json) {
+    fwrite(text, 1, len, stdout);
+    return 0;
+  }
+  for (char *line = text, *nl; line < text + len; line = nl + 1) {
+    nl = memchr(line, '\n', (size_t) (text + len - line));
+    if (nl == NULL)
+      break; /* a line being written */
+    json_t *j = json_loadb(line, (size_t) (nl - line), 0, NULL);
+    if (j == NULL)
+      continue;
+    char ts[32] = "?";
+    json_t *t = json_object_get(j, "ts");
+    if (json_is_number(t)) {
+      time_t sec = (time_t) json_number_value(t);
+      struct tm tm;
+      gmtime_r(&sec, &tm);
+      strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    const char *target = json_string_value(json_object_get(j, "target"));
+    const char *rule = json_string_value(json_object_get(j, "rule"));
+    printf("%s %s %s (%s)\n", ts, kind ? kind : "?", target ? target : "?", rule ? rule : "?");
+    json_decref(j);
+  }
   return 0;
 }
 
@@ -89,11 +142,11 @@ int cmd_net(struct cli *c, int argc, char **argv)
   const char *verb = argv[optind];
   int n = argc - optind - 1;
   char **targets = argv + optind + 1;
-  bool show = strcmp(verb, "show") == 0;
+  bool log = strcmp(verb, "log") == 0, show = log || strcmp(verb, "show") == 0;
   if (!show && strcmp(verb, "allow") != 0 && strcmp(verb, "deny") != 0 && strcmp(verb, "rm") != 0)
-    return cli_usage_error(c, "unknown command `%s` (show, allow, deny or rm)", verb);
+    return cli_usage_error(c, "unknown command `%s` (show, allow, deny, rm or log)", verb);
   if (show && n != 0)
-    return cli_usage_error(c, "show takes no TARGET");
+    return cli_usage_error(c, "%s takes no TARGET", verb);
   if (!show && n == 0)
     return cli_usage_error(c, "%s needs at least one TARGET", verb);
   if (!show && n > SBX_NET_MAX_RULES)
@@ -110,6 +163,8 @@ int cmd_net(struct cli *c, int argc, char **argv)
                     s.user);
     return cli_fail(&err);
   }
+  if (log)
+    return print_log(dir, id, o.json);
   sbx_net_policy_t *p = NULL;
   if (show)
     p = sbx__net_store_read(dir, &err);

@@ -62,6 +62,19 @@ def test_cli_net(sbx):
     # rm: normalized match, unknown targets ignored
     out = sbx.ok("net", "-t", "nt", "rm", "10.0.0.0/8", "OLD.test", "never.test")
     assert out == "default deny\nallow pypi.test\nallow *.cdn.test\n"
+    # the denied log, as the enforcer appends it (a torn last line is skipped)
+    assert sbx.ok("net", "-t", "nt", "log") == ""
+    log = os.path.join(os.path.dirname(policy_file(sbx.home, sid)), "denied.log")
+    with open(log, "w") as f:
+        f.write(json.dumps({"ts": 0.5, "sandbox": sid, "kind": "lookup", "target": "evil.test",
+                            "rule": "default"}) + "\n")
+        f.write(json.dumps({"ts": 86400, "sandbox": sid, "kind": "connect", "target": "10.0.0.1:80",
+                            "rule": "always-denied: 10.0.0.0/8"}) + "\n")
+        f.write('{"ts": 1, "kind"')
+    assert sbx.ok("net", "-t", "nt", "log") == (
+        "1970-01-01T00:00:00Z lookup evil.test (default)\n"
+        "1970-01-02T00:00:00Z connect 10.0.0.1:80 (always-denied: 10.0.0.0/8)\n")
+    assert sbx.ok("net", "-t", "nt", "--json", "log") == open(log).read()
     # usage errors
     assert sbx.run("net", "-t", "nt", "frob", check=2)
     assert b"show takes no TARGET" in sbx.run("net", "-t", "nt", "show", "x", check=2).stderr
