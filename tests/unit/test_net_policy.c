@@ -190,6 +190,14 @@ static void test_decide_names(void **state)
   name_is(p, "10.0.0.1", SBX_NET_DENY, "default");               /* names only meet domain rules */
   name_is(p, "", SBX_NET_DENY, "default");
   sbx__net_policy_free(p);
+  /* an overlong name is denied even under default allow (a truncated one could match a
+   * wildcard it is not below) */
+  p = parse("{\"defaultAction\":\"allow\"}");
+  char longname[400];
+  memset(longname, 'a', sizeof longname);
+  memcpy(longname + 380, ".cdn.test", 10);
+  name_is(p, longname, SBX_NET_DENY, "invalid name: longer than 253 characters");
+  sbx__net_policy_free(p);
   /* order matters: the wildcard first shadows the deny */
   p = parse("{\"defaultAction\":\"allow\",\"egress\":[{\"action\":\"allow\",\"target\":"
             "\"*.cdn.test\"},{\"action\":\"deny\",\"target\":\"bad.cdn.test\"},{\"action\":"
