@@ -47,6 +47,15 @@ static json_t *status_json(const sbx_net_policy_t *p, const char *enforcement, c
   return j;
 }
 
+/* egress.updated, as the sidecar logs it: the request's delta and the policy after it */
+static void log_update(struct req *r, const char *op, json_t *delta, const sbx_net_policy_t *p)
+{
+  sbxd_log_json(SBXD_INFO, "egress policy updated",
+                json_pack("{s:s, s:s, s:s, s:o, s:s, s:I}", "request_id", r->rid, "sandbox_id",
+                          r->box->id, "op", op, "delta", delta, "mode", sbx__net_policy_mode(p),
+                          "rules", (json_int_t) p->n));
+}
+
 static enum MHD_Result no_policy(struct req *r, sbx_error_t *err)
 {
   const char *net = srv.cfg->network ? srv.cfg->network : "none";
@@ -154,6 +163,14 @@ enum MHD_Result h_egress_patch(struct req *r)
   cleanup_free char *dir = box_dir(r->box);
   sbx_net_policy_t *p = NULL;
   rc = sbx__net_store_update(dir, false, do_patch, &pa, &p, &err);
+  if (rc == 0) {
+    json_t *delta = json_array();
+    for (size_t i = 0; i < pa.n; i++)
+      json_array_append_new(
+          delta, json_sprintf("%s %s", pa.rules[i].action == SBX_NET_ALLOW ? "allow" : "deny",
+                              pa.rules[i].target));
+    log_update(r, "patch", delta, p);
+  }
   sbx__net_rules_free(pa.rules, pa.n);
   if (rc < 0)
     return store_error(r, &err);
@@ -196,6 +213,8 @@ enum MHD_Result h_egress_delete(struct req *r)
   sbx_net_policy_t *p = NULL;
   sbx_error_t err = NULL;
   int rc = sbx__net_store_update(dir, false, do_remove, &rm, &p, &err);
+  if (rc == 0 && rm.removed > 0)
+    log_update(r, "delete", json_deep_copy(j), p);
   json_decref(j);
   if (rc < 0) {
     if (err->kind == SBX_E_INVALID) {
