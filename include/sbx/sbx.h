@@ -265,6 +265,9 @@ struct sbx_create_opts {
   const struct sbx_mount *mounts; /* extra bind mounts (host paths already vetted) */
   size_t n_mounts;
   const char *extra; /* a JSON object kept with the sandbox for the front-end */
+  /* The initial egress policy, JSON ({defaultAction, egress}: src/net/policy.h), already
+   * validated by the front-end; NULL: the configured one. Only for sandbox.network egress. */
+  const char *network_policy;
 };
 SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
                                      sbx_error_t *err);
