@@ -265,6 +265,10 @@ struct sbx_create_opts {
   const struct sbx_mount *mounts; /* extra bind mounts (host paths already vetted) */
   size_t n_mounts;
   const char *extra; /* a JSON object kept with the sandbox for the front-end */
+  /* The host folder bound at /mnt/user-data (absolute; it and its workspace, uploads and outputs
+   * are created and given to the sandbox's root; it outlives the sandbox). NULL: a folder of
+   * the sandbox's own, deleted with it. */
+  const char *user_data;
 };
 SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
                                      sbx_error_t *err);
