@@ -241,19 +241,21 @@ static int extra_mounts(struct req *r, json_t *list, const char *base, struct mo
       return -1;
     }
     bool ro = json_is_true(json_object_get(m, "read_only"));
-    if (!is_dir(host)) {
-      if (ro) {
-        *ret = detail(r, 400, "Extra mount host path is not a directory: %s", host);
-        return -1;
-      }
-      if (sbx__mkdir_p(host, 0777) < 0) {
-        *ret = detail(r, 500, "Extra mount host path %s could not be created: %s", host,
-                      strerror(errno));
-        return -1;
-      }
+    if (ro && !is_dir(host)) {
+      *ret = detail(r, 400, "Extra mount host path is not a directory: %s", host);
+      return -1;
     }
     mount_add(ms, host, cont, ro);
   }
+  /* only a request found valid creates folders */
+  for (size_t i = 0; i < ms->n; i++)
+    /* 0777 as volumes.c's: a sandbox's root is an unprivileged id on the host */
+    if (!is_dir(ms->m[i].host_path) &&
+        (sbx__mkdir_p(ms->m[i].host_path, 0777) < 0 || chmod(ms->m[i].host_path, 0777) < 0)) {
+      *ret = detail(r, 500, "Extra mount host path %s could not be created: %s", ms->m[i].host_path,
+                    strerror(errno));
+      return -1;
+    }
   return 0;
 }
 
