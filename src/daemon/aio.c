@@ -55,8 +55,9 @@ json_t *aio_body(struct req *r, enum MHD_Result *ret)
   json_error_t jerr;
   json_t *body = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, &jerr);
   if (body == NULL) {
-    json_t *e = json_pack("{s:s,s:[s,i],s:s,s:{s:s}}", "type", "json_invalid", "loc", "body",
-                          jerr.position, "msg", "JSON decode error", "ctx", "error", jerr.text);
+    json_t *e = json_pack("{s:s,s:[s,i],s:s,s:{s:o}}", "type", "json_invalid", "loc", "body",
+                          jerr.position, "msg", "JSON decode error", "ctx", "error",
+                          sbxd_jstr(jerr.text, strlen(jerr.text)));
     *ret = sbxd_json(r, 422, json_pack("{s:[o]}", "detail", e));
     return NULL;
   }
@@ -76,16 +77,18 @@ static enum MHD_Result file_error(struct req *r, sbx_error_t *err, const char *p
 {
   int kind = (*err)->kind;
   int no = (*err)->status;
-  json_t *data =
-      json_pack("{s:s,s:s,s:s,s:s,s:b}", "path", path, "operation", op, "message", (*err)->msg,
-                "error_type", sbx_error_kind_name(kind), "retryable", kind == SBX_E_BUSY);
+  const char *msg = (*err)->msg;
+  json_t *data = json_pack("{s:o,s:s,s:o,s:s,s:b}", "path", sbxd_jstr(path, strlen(path)),
+                           "operation", op, "message", sbxd_jstr(msg, strlen(msg)), "error_type",
+                           sbx_error_kind_name(kind), "retryable", kind == SBX_E_BUSY);
   if (no > 0) {
     json_object_set_new(data, "errno", json_integer(no));
     const char *name = strerrorname_np(no);
     if (name)
       json_object_set_new(data, "errno_name", json_string(name));
   }
-  json_t *j = json_pack("{s:b,s:s,s:o}", "success", 0, "message", (*err)->msg, "data", data);
+  json_t *j = json_pack("{s:b,s:o,s:o}", "success", 0, "message", sbxd_jstr(msg, strlen(msg)),
+                        "data", data);
   sbx_error_release(err);
   return sbxd_json(r, sbxd_kind_status(kind), j);
 }
@@ -278,8 +281,8 @@ static json_t *file_info(const struct sbx_file_info *fi, bool size, bool perms)
 {
   const char *name = strrchr(fi->path, '/');
   name = name && name[1] ? name + 1 : fi->path;
-  json_t *j =
-      json_pack("{s:s,s:s,s:b}", "name", name, "path", fi->path, "is_directory", fi->type == 'd');
+  json_t *j = json_pack("{s:o,s:o,s:b}", "name", sbxd_jstr(name, strlen(name)), "path",
+                        sbxd_jstr(fi->path, strlen(fi->path)), "is_directory", fi->type == 'd');
   if (size && fi->type != 'd')
     json_object_set_new(j, "size", json_integer((json_int_t) fi->size));
   time_t t = (time_t) (fi->mtime_ns / 1000000000);
@@ -294,7 +297,7 @@ static json_t *file_info(const struct sbx_file_info *fi, bool size, bool perms)
   }
   const char *dot = fi->type == 'd' ? NULL : strrchr(name, '.');
   if (dot && dot != name)
-    json_object_set_new(j, "extension", json_string(dot));
+    json_object_set_new(j, "extension", sbxd_jstr(dot, strlen(dot)));
   return j;
 }
 

@@ -64,7 +64,9 @@ static enum MHD_Result not_found(struct req *r, const char *sid)
 {
   char msg[96];
   snprintf(msg, sizeof msg, "Session %s not found", sid);
-  return sbxd_json(r, 404, json_pack("{s:b,s:s,s:n}", "success", 0, "message", msg, "data"));
+  return sbxd_json(
+      r, 404,
+      json_pack("{s:b,s:o,s:n}", "success", 0, "message", sbxd_jstr(msg, strlen(msg)), "data"));
 }
 
 /* The session sid of r->box, made when missing and create is set; NULL if not found. The cwd
@@ -395,6 +397,8 @@ enum MHD_Result h_aio_bash_exec(struct req *r)
   if (json_is_object(env))
     json_object_foreach(env, k, v)
     {
+      if (json_is_null(v)) /* the SDK's Dict[str, Optional[str]]: a null sets nothing */
+        continue;
       if (!json_is_string(v)) {
         sbx__strv_free(&envv);
         return aio_invalid(r, "env", "env values must be strings");
@@ -424,7 +428,8 @@ enum MHD_Result h_aio_bash_exec(struct req *r)
   sbx__strv_free(&envv);
   if (rc < 0) {
     int kind = err->kind;
-    json_t *j = json_pack("{s:b,s:s,s:n}", "success", 0, "message", err->msg, "data");
+    json_t *j = json_pack("{s:b,s:o,s:n}", "success", 0, "message",
+                          sbxd_jstr(err->msg, strlen(err->msg)), "data");
     sbx_error_release(&err);
     return sbxd_json(r, sbxd_kind_status(kind), j);
   }

@@ -65,7 +65,9 @@ static enum MHD_Result detail(struct req *r, unsigned status, const char *fmt, .
   if (vasprintf(&msg, fmt, ap) < 0)
     msg = NULL;
   va_end(ap);
-  json_t *j = json_pack("{s:s}", "detail", msg ? msg : "error");
+  /* ids and paths come from the request: any bytes */
+  json_t *j = json_object();
+  json_object_set_new(j, "detail", msg ? sbxd_jstr(msg, strlen(msg)) : json_string("error"));
   free(msg);
   return sbxd_json(r, status, j);
 }
@@ -423,9 +425,9 @@ enum MHD_Result h_prov_create(struct req *r)
   json_error_t jerr;
   json_auto_t *body = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, &jerr);
   if (body == NULL) {
-    json_t *e =
-        json_pack("{s:s,s:[s,i],s:s,s:{},s:{s:s}}", "type", "json_invalid", "loc", "body",
-                  jerr.position, "msg", "JSON decode error", "input", "ctx", "error", jerr.text);
+    json_t *e = json_pack("{s:s,s:[s,i],s:s,s:{},s:{s:o}}", "type", "json_invalid", "loc", "body",
+                          jerr.position, "msg", "JSON decode error", "input", "ctx", "error",
+                          sbxd_jstr(jerr.text, strlen(jerr.text)));
     return sbxd_json(r, 422, json_pack("{s:[o]}", "detail", e));
   }
   if (!json_is_object(body)) {
@@ -509,7 +511,8 @@ enum MHD_Result h_prov_delete(struct req *r)
     }
   }
   /* a missing sandbox is not an error (app.py ignores Kubernetes' 404s) */
-  return sbxd_json(r, 200, json_pack("{s:b,s:s}", "ok", 1, "sandbox_id", id));
+  return sbxd_json(r, 200,
+                   json_pack("{s:b,s:o}", "ok", 1, "sandbox_id", sbxd_jstr(id, strlen(id))));
 }
 
 /* Any other /api/ request: the key first (app.py's middleware runs before routing). */
