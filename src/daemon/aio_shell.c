@@ -202,13 +202,20 @@ static char *session_script(const char *sid, const char *dir, const char *comman
     cleanup_free char *q = sbx__shell_quote(dir);
     sbx__buf_printf(&b, "cd -- %s || exit 1\n", q);
   }
-  /* the saved state is shell input: a quoted cd, then export -p */
-  sbx__buf_printf(
-      &b,
-      "__sbxd_aio_save() { { printf \"cd -- '%%s'\\n\" \"$(pwd | sed \"s/'/'\\\\\\\\''/g\")\"; "
-      "export -p; } > %s.new 2>/dev/null && mv -f %s.new %s; }\n"
-      "trap __sbxd_aio_save EXIT\n%s\n",
-      qst, qst, qst, command);
+  /* the saved state is shell input: a quoted cd, then export -p. bash quotes with its own
+   * printf (no process: this runs after every command); sh needs sed for it */
+  if (strcmp(srv.shell, "bash") == 0)
+    sbx__buf_printf(&b,
+                    "__sbxd_aio_save() { { printf 'cd -- %%q\\n' \"$PWD\"; export -p; } > %s "
+                    "2>/dev/null; }\n",
+                    qst);
+  else
+    sbx__buf_printf(
+        &b,
+        "__sbxd_aio_save() { { printf \"cd -- '%%s'\\n\" \"$(pwd | sed \"s/'/'\\\\\\\\''/g\")\"; "
+        "export -p; } > %s 2>/dev/null; }\n",
+        qst);
+  sbx__buf_printf(&b, "trap __sbxd_aio_save EXIT\n%s\n", command);
   return b.data;
 }
 
