@@ -440,3 +440,15 @@ def test_aio_search_exact(server):
     f = a.ok("POST", "/v1/file/find", {"path": "/mnt/user-data/workspace/app", "glob": "**/m1*.py"})
     assert sorted(f["files"]) == sorted("/mnt/user-data/workspace/app/src/m%s.py" % i
                                         for i in [1] + list(range(10, 20)))
+
+
+def test_user_data_folder_follows_no_symlink(server, state, tmp_path):
+    # a thread folder that is a symbolic link (planted by whoever can write the gateway's folders)
+    # is refused: sbxd never makes or mounts a folder through one
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(str(target), str(state / "threads" / "evil"))
+    r = server.req("POST", "/api/sandboxes", {"sandbox_id": "sy1", "thread_id": "evil"})
+    assert r.status == 500 and "symlink" in r.json()["detail"], r.body
+    assert os.listdir(str(target)) == []
+    assert server.req("GET", "/api/sandboxes").json()["count"] == 0
