@@ -113,8 +113,41 @@ static const char *box_psid(struct box *b)
   return json_string_value(json_object_get(json_object_get(b->extra, "provisioner"), "sandbox_id"));
 }
 
-/* A reference to the box made for sandbox_id, or NULL. */
-static struct box *find_box(const char *sandbox_id)
+/* The sandboxes that exist (sbx_list), to tell each box's phase. */
+struct live {
+  struct sbx_sandbox_info *infos;
+  size_t n;
+  bool ok;
+};
+
+static void live_load(struct live *l)
+{
+  sbx_error_t err = NULL;
+  l->infos = NULL;
+  l->n = 0;
+  l->ok = sbx_list(srv.p, &l->infos, &l->n, &err) == 0;
+  if (!l->ok) {
+    sbxd_log(SBXD_WARN, "list sandboxes: %s", err->msg);
+    sbx_error_release(&err);
+  }
+}
+
+/* The Kubernetes pod phase app.py reports: Running, Failed once the sandbox's init died,
+ * Pending while paused; NULL when the sandbox is gone (destroyed behind sbxd's back, `sbx
+ * down`): the box is then removed, as a pod without its service is not found. */
+static const char *box_phase(struct box *b, const struct live *l)
+{
+  if (!l->ok)
+    return "Unknown";
+  for (size_t i = 0; i < l->n; i++)
+    if (strcmp(l->infos[i].id, b->id) == 0)
+      return l->infos[i].state == SBX_STATE_DEAD ? "Failed" : box_paused(b) ? "Pending" : "Running";
+  box_remove(b, "vanished", NULL);
+  return NULL;
+}
+
+/* A reference to the box made for sandbox_id and its phase, or NULL. */
+static struct box *find_box(const char *sandbox_id, const char **phase)
 {
   size_t n;
   struct box **v = box_list(BOX_MANAGED, &n);
@@ -127,32 +160,24 @@ static struct box *find_box(const char *sandbox_id)
     pthread_mutex_unlock(&v[i]->lock);
   }
   box_list_free(v, n);
+  if (found) {
+    struct live l;
+    live_load(&l);
+    *phase = box_phase(found, &l);
+    sbx_sandbox_info_free(l.infos, l.n);
+    if (*phase == NULL) {
+      box_put(found);
+      found = NULL;
+    }
+  }
   return found;
 }
 
-/* The Kubernetes pod phase app.py reports: Running, or Failed once the sandbox's init died. */
-static const char *box_phase(struct box *b)
-{
-  struct sbx_sandbox_info *infos = NULL;
-  size_t n = 0;
-  sbx_error_t err = NULL;
-  if (sbx_list(srv.p, &infos, &n, &err) < 0) {
-    sbx_error_release(&err);
-    return "Unknown";
-  }
-  const char *phase = "NotFound";
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(infos[i].id, b->id) == 0)
-      phase = infos[i].state == SBX_STATE_DEAD ? "Failed" : box_paused(b) ? "Pending" : "Running";
-  sbx_sandbox_info_free(infos, n);
-  return phase;
-}
-
-static json_t *sandbox_response(struct req *r, struct box *b, const char *psid)
+static json_t *sandbox_response(struct req *r, struct box *b, const char *psid, const char *phase)
 {
   cleanup_free char *host = sbxd_public_host(r, srv.listen);
   cleanup_free char *url = sbxd_aio_url(host, b);
-  return json_pack("{s:s,s:s,s:s}", "sandbox_id", psid, "sandbox_url", url, "status", box_phase(b));
+  return json_pack("{s:s,s:s,s:s}", "sandbox_id", psid, "sandbox_url", url, "status", phase);
 }
 
 /* ---- mounts ---- */
@@ -443,19 +468,22 @@ enum MHD_Result h_prov_create(struct req *r)
   if (create_parse(r, body, &c, &ret) < 0)
     return ret;
   pthread_mutex_lock(&create_lock);
-  struct box *b = find_box(c.sandbox_id);
-  if (b && strcmp(box_phase(b), "Failed") == 0) {
+  const char *phase = NULL;
+  struct box *b = find_box(c.sandbox_id, &phase);
+  if (b && strcmp(phase, "Failed") == 0) {
     /* its init died (killed behind our back): a new one, as the pod's restart policy would */
     box_remove(b, "provisioner_replaced_dead", NULL);
     box_put(b);
     b = NULL;
   }
-  if (b == NULL)
+  if (b == NULL) {
     b = create_box(r, &c, &ret);
+    phase = "Running";
+  }
   pthread_mutex_unlock(&create_lock);
   if (b == NULL)
     return ret;
-  ret = sbxd_json(r, 200, sandbox_response(r, b, c.sandbox_id));
+  ret = sbxd_json(r, 200, sandbox_response(r, b, c.sandbox_id, phase));
   box_put(b);
   return ret;
 }
@@ -465,10 +493,11 @@ enum MHD_Result h_prov_get(struct req *r)
   if (!authorized(r))
     return unauthorized(r);
   const char *id = sbxd_param(r, "id");
-  struct box *b = find_box(id);
+  const char *phase;
+  struct box *b = find_box(id, &phase);
   if (b == NULL)
     return detail(r, 404, "Sandbox '%s' not found", id);
-  enum MHD_Result ret = sbxd_json(r, 200, sandbox_response(r, b, id));
+  enum MHD_Result ret = sbxd_json(r, 200, sandbox_response(r, b, id, phase));
   box_put(b);
   return ret;
 }
@@ -479,16 +508,20 @@ enum MHD_Result h_prov_list(struct req *r)
     return unauthorized(r);
   size_t n;
   struct box **v = box_list(BOX_MANAGED, &n);
+  struct live l;
+  live_load(&l);
   json_t *items = json_array();
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&v[i]->lock);
     const char *s = box_psid(v[i]);
     char *psid = s ? xstrdup(s) : NULL;
     pthread_mutex_unlock(&v[i]->lock);
-    if (psid)
-      json_array_append_new(items, sandbox_response(r, v[i], psid));
+    const char *phase = psid ? box_phase(v[i], &l) : NULL;
+    if (phase)
+      json_array_append_new(items, sandbox_response(r, v[i], psid, phase));
     free(psid);
   }
+  sbx_sandbox_info_free(l.infos, l.n);
   box_list_free(v, n);
   size_t count = json_array_size(items);
   return sbxd_json(r, 200, json_pack("{s:o,s:I}", "sandboxes", items, "count", (json_int_t) count));
@@ -499,7 +532,8 @@ enum MHD_Result h_prov_delete(struct req *r)
   if (!authorized(r))
     return unauthorized(r);
   const char *id = sbxd_param(r, "id");
-  struct box *b = find_box(id);
+  const char *phase;
+  struct box *b = find_box(id, &phase);
   if (b) {
     sbx_error_t err = NULL;
     int rc = box_remove(b, "provisioner_delete", &err);

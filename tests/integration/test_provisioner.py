@@ -310,6 +310,12 @@ def test_killed_behind_the_providers_back(server):
         time.sleep(0.1)
     c = server.create("k1", "tk")
     assert c.url != b.url and c.sh("echo again")["output"] == "again\n"
+    # destroyed behind sbxd's back (`sbx down` on its home): not found, then made anew
+    subprocess.run([SBX, "--home", server.home, "down"], capture_output=True, check=True)
+    assert server.req("GET", "/api/sandboxes/k1").status == 404
+    assert server.req("GET", "/api/sandboxes").json()["count"] == 0
+    d = server.create("k1", "tk")
+    assert d.sh("echo third")["output"] == "third\n"
 
 
 def test_sbxd_restart_keeps_sandboxes(tmp_path, state):
