@@ -411,6 +411,9 @@ def sbxd_request_seeds():
         "aio_shell_exec": req("aio_shell", 'exec\n{"command":"echo hi; cd /tmp; export A=1",'
                                            '"no_change_timeout":2,"hard_timeout":5}'),
         "aio_shell_session": req("aio_shell", 'sessions/create\n{"id":"s1","exec_dir":"/tmp"}'),
+        "aio_shell_view": req("aio_shell", 'view\n{"id":"s1"}'),
+        "aio_shell_wait": req("aio_shell", 'wait\n{"seconds":1}'),
+        "aio_shell_kill": req("aio_shell", 'kill\n{}'),
         "aio_session_delete": req("aio_session_delete", "s1"),
         "aio_bash": req("aio_bash", '{"command":"echo $K","env":{"K":"v","N":null},'
                                     '"hard_timeout":5,"max_output_length":10}'),

@@ -31,6 +31,9 @@ enum MHD_Result h_aio_shell_exec(struct req *r);
 enum MHD_Result h_aio_shell_session_create(struct req *r);
 enum MHD_Result h_aio_shell_sessions(struct req *r);
 enum MHD_Result h_aio_shell_session_delete(struct req *r);
+enum MHD_Result h_aio_shell_view(struct req *r);
+enum MHD_Result h_aio_shell_wait(struct req *r);
+enum MHD_Result h_aio_shell_kill(struct req *r);
 enum MHD_Result h_aio_bash_exec(struct req *r);
 
 #endif

@@ -5,6 +5,7 @@
  *   POST   /v1/shell/sessions/create {id?, exec_dir?}       -> {session_id, working_dir}
  *   GET    /v1/shell/sessions                               -> {sessions: {id: {...}}}
  *   DELETE /v1/shell/sessions/{session_id}
+ *   POST   /v1/shell/view|wait|kill {id?}                  the session's last command
  *   POST   /v1/bash/exec {command, env?, session_id?, exec_dir?, hard_timeout?, ...}
  *                                                           -> BashExecResult
  *
@@ -25,6 +26,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -120,6 +122,8 @@ struct run {
   bool done, timed_out, failed;
   int exit_code;
   char *error;
+  char cmd_id[33]; /* for /v1/shell/kill */
+  char *command;
 };
 
 static uint64_t mono_ms(void)
@@ -139,6 +143,7 @@ static void run_put(struct run *run)
   box_put(run->b);
   free(run->script);
   free(run->error);
+  free(run->command);
   sbx__buf_free(&run->out);
   pthread_cond_destroy(&run->c);
   pthread_mutex_destroy(&run->m);
@@ -164,6 +169,7 @@ static void *run_main(void *arg)
   struct run *run = arg;
   const char *argv[] = {srv.shell, "-c", run->script, NULL};
   struct sbx_exec_opts o = {.argv = argv,
+                            .id = run->cmd_id,
                             .merge_output = true,
                             .on_output = on_output,
                             .arg = run,
@@ -189,6 +195,94 @@ static void *run_main(void *arg)
   run_put(run);
   sbxd_worker_done();
   return NULL;
+}
+
+/* The last command of each session, for view, wait and kill: a reference to its run. A box
+ * that is gone drops its entries at the next lookup. */
+struct last {
+  struct box *b; /* compared, not referenced (the run holds the box) */
+  char sid[37];
+  struct run *run;
+  struct last *next;
+};
+static struct last *lasts;
+static pthread_mutex_t lasts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct run *run_ref(struct run *run)
+{
+  pthread_mutex_lock(&run->m);
+  run->refs++;
+  pthread_mutex_unlock(&run->m);
+  return run;
+}
+
+static void lasts_prune(void) /* under lasts_lock */
+{
+  for (struct last **pp = &lasts; *pp;) {
+    struct last *l = *pp;
+    pthread_mutex_lock(&l->run->m);
+    bool stale = l->run->done && l->run->b->gone;
+    pthread_mutex_unlock(&l->run->m);
+    if (stale) {
+      *pp = l->next;
+      run_put(l->run);
+      free(l);
+    } else {
+      pp = &l->next;
+    }
+  }
+}
+
+/* Records run as the last command of (b, sid); run NULL forgets it. */
+static void last_set(struct box *b, const char *sid, struct run *run)
+{
+  struct run *old = NULL;
+  pthread_mutex_lock(&lasts_lock);
+  lasts_prune();
+  struct last **pp = &lasts;
+  while (*pp && !((*pp)->b == b && strcmp((*pp)->sid, sid) == 0))
+    pp = &(*pp)->next;
+  if (*pp) {
+    old = (*pp)->run;
+    if (run) {
+      (*pp)->run = run_ref(run);
+    } else {
+      struct last *l = *pp;
+      *pp = l->next;
+      free(l);
+    }
+  } else if (run) {
+    struct last *l = xzalloc(sizeof *l);
+    l->b = b;
+    snprintf(l->sid, sizeof l->sid, "%s", sid);
+    l->run = run_ref(run);
+    l->next = lasts;
+    lasts = l;
+  }
+  pthread_mutex_unlock(&lasts_lock);
+  if (old)
+    run_put(old);
+}
+
+static struct run *last_get(struct box *b, const char *sid)
+{
+  struct run *run = NULL;
+  pthread_mutex_lock(&lasts_lock);
+  for (struct last *l = lasts; l && run == NULL; l = l->next)
+    if (l->b == b && strcmp(l->sid, sid) == 0)
+      run = run_ref(l->run);
+  pthread_mutex_unlock(&lasts_lock);
+  return run;
+}
+
+/* The AIO status of a run (caller holds run->m). */
+static const char *run_status(struct run *run, bool waited_out, bool http_out)
+{
+  if (run->done)
+    return run->failed ? "terminated" : run->timed_out ? "hard_timeout" : "completed";
+  if (http_out)
+    return "running";
+  return waited_out ? "no_change_timeout" : "running";
 }
 
 /* The script of one command of session sid: restore, run, save on exit. */
@@ -274,13 +368,18 @@ enum MHD_Result h_aio_shell_exec(struct req *r)
   pthread_condattr_destroy(&ca);
   run->refs = 2;
   run->b = box_ref(r->box);
+  sbx__random_hex(run->cmd_id, 32);
+  run->cmd_id[32] = '\0';
+  run->command = xstrdup(command);
+  last_set(r->box, sid, run);
   run->hard_timeout = hard;
   run->script = session_script(sid, json_string_value(dir) ? json_string_value(dir) : cwd, command);
   run->last_change_ms = mono_ms();
   sbxd_worker_start();
   if (sbxd_spawn(run_main, run) < 0) {
     sbxd_worker_done();
-    run->refs = 1;
+    last_set(r->box, sid, NULL);
+    run_put(run); /* the worker's */
     run_put(run);
     return sbxd_error(r, 503, "BUSY", "cannot start a thread for the command");
   }
@@ -296,12 +395,9 @@ enum MHD_Result h_aio_shell_exec(struct req *r)
                           .tv_nsec = (long) (until % 1000) * 1000000L};
     pthread_cond_timedwait(&run->c, &run->m, &ts);
   }
-  const char *status = "running";
-  if (run->done)
-    status = run->failed ? "terminated" : run->timed_out ? "hard_timeout" : "completed";
-  else if (!json_is_true(am) &&
-           !(http_timeout > 0 && mono_ms() >= start + (uint64_t) (http_timeout * 1000)))
-    status = "no_change_timeout";
+  bool http_out = json_is_true(am) ||
+                  (http_timeout > 0 && mono_ms() >= start + (uint64_t) (http_timeout * 1000));
+  const char *status = run_status(run, true, http_out);
   json_t *output = run->failed ? json_string(run->error)
                                : sbxd_jstr(run->out.data ? run->out.data : "", run->out.len);
   json_t *data = json_pack("{s:s,s:s,s:s,s:O,s:[{s:s,s:s,s:O}]}", "session_id", sid, "command",
@@ -362,9 +458,140 @@ enum MHD_Result h_aio_shell_session_delete(struct req *r)
   if (s == NULL)
     return not_found(r, sid);
   session_free(s);
+  last_set(r->box, sid, NULL);
   cleanup_free char *st = state_file(sid);
   sbx_remove(r->box->sb, st, 0, NULL);
   return aio_ok(r, NULL);
+}
+
+/* ---- the last command of a session: view, wait, kill ---- */
+
+/* The session named by the body's id (the default one without), its last run in *run (NULL:
+ * none yet); NULL after answering. */
+static const char *follow_session(struct req *r, json_t *body, struct run **run,
+                                  enum MHD_Result *ret)
+{
+  json_t *id = json_object_get(body, "id");
+  if (id && !json_is_null(id) && (!json_is_string(id) || !id_ok(json_string_value(id)))) {
+    *ret = aio_invalid(r, "id", "a session id is 1-36 letters, digits, '-' or '_'");
+    return NULL;
+  }
+  const char *sid = json_is_string(id) ? json_string_value(id) : DEFAULT_SESSION;
+  cleanup_free char *cwd = NULL;
+  if (!session_get(r->box, sid, strcmp(sid, DEFAULT_SESSION) == 0, &cwd)) {
+    *ret = not_found(r, sid);
+    return NULL;
+  }
+  *run = last_get(r->box, sid);
+  return sid;
+}
+
+static json_t *run_view(struct run *run, const char *sid, bool waited_out)
+{
+  if (run == NULL)
+    return json_pack("{s:s,s:s,s:s,s:[],s:n}", "session_id", sid, "output", "", "status",
+                     "completed", "console", "exit_code");
+  pthread_mutex_lock(&run->m);
+  json_t *out = sbxd_jstr(run->out.data ? run->out.data : "", run->out.len);
+  json_t *j = json_pack("{s:s,s:s,s:O,s:s,s:[{s:s,s:s,s:O}]}", "session_id", sid, "command",
+                        run->command, "output", out, "status", run_status(run, waited_out, false),
+                        "console", "ps1", "$ ", "command", run->command, "output", out);
+  json_object_set_new(j, "exit_code",
+                      run->done && !run->failed ? json_integer(run->exit_code) : json_null());
+  pthread_mutex_unlock(&run->m);
+  json_decref(out);
+  return j;
+}
+
+enum MHD_Result h_aio_shell_view(struct req *r)
+{
+  enum MHD_Result ret;
+  json_auto_t *body = aio_body(r, &ret);
+  if (body == NULL)
+    return ret;
+  struct run *run;
+  const char *sid = follow_session(r, body, &run, &ret);
+  if (sid == NULL)
+    return ret;
+  json_t *data = run_view(run, sid, false);
+  if (run)
+    run_put(run);
+  return aio_ok(r, data);
+}
+
+enum MHD_Result h_aio_shell_wait(struct req *r)
+{
+  enum MHD_Result ret;
+  json_auto_t *body = aio_body(r, &ret);
+  if (body == NULL)
+    return ret;
+  json_t *secs = json_object_get(body, "seconds"), *max = json_object_get(body, "max_wait_seconds");
+  if ((secs && !json_is_null(secs) && (!json_is_integer(secs) || json_integer_value(secs) < 0)) ||
+      (max && !json_is_null(max) && (!json_is_integer(max) || json_integer_value(max) < 0)))
+    return aio_invalid(r, "seconds", "seconds and max_wait_seconds must be non-negative integers");
+  struct run *run;
+  const char *sid = follow_session(r, body, &run, &ret);
+  if (sid == NULL)
+    return ret;
+  /* at most `seconds` (else max_wait_seconds, else the no-change default) */
+  int64_t limit = json_is_integer(secs)  ? (int64_t) json_integer_value(secs)
+                  : json_is_integer(max) ? (int64_t) json_integer_value(max)
+                                         : DEFAULT_NO_CHANGE_S;
+  const char *status = "completed";
+  if (run) {
+    uint64_t until = mono_ms() + (uint64_t) limit * 1000u;
+    pthread_mutex_lock(&run->m);
+    while (!run->done && mono_ms() < until) {
+      struct timespec ts = {.tv_sec = (time_t) (until / 1000),
+                            .tv_nsec = (long) (until % 1000) * 1000000L};
+      pthread_cond_timedwait(&run->c, &run->m, &ts);
+    }
+    status = run_status(run, false, false);
+    pthread_mutex_unlock(&run->m);
+    run_put(run);
+  }
+  return aio_ok(r, json_pack("{s:s}", "status", status));
+}
+
+enum MHD_Result h_aio_shell_kill(struct req *r)
+{
+  enum MHD_Result ret;
+  json_auto_t *body = aio_body(r, &ret);
+  if (body == NULL)
+    return ret;
+  struct run *run;
+  const char *sid = follow_session(r, body, &run, &ret);
+  if (sid == NULL)
+    return ret;
+  if (run == NULL)
+    return aio_ok(r, json_pack("{s:s,s:n,s:n}", "status", "completed", "exit_code", "returncode"));
+  pthread_mutex_lock(&run->m);
+  bool done = run->done;
+  pthread_mutex_unlock(&run->m);
+  if (!done) {
+    sbx_error_t err = NULL;
+    if (sbx_command_signal(r->box->sb, run->cmd_id, SIGKILL, &err) < 0) {
+      sbxd_log(SBXD_DEBUG, "kill %s: %s", run->cmd_id, err->msg); /* it may have just ended */
+      sbx_error_release(&err);
+    }
+    /* the worker sees the command end */
+    uint64_t until = mono_ms() + 5000;
+    pthread_mutex_lock(&run->m);
+    while (!run->done && mono_ms() < until) {
+      struct timespec ts = {.tv_sec = (time_t) (until / 1000),
+                            .tv_nsec = (long) (until % 1000) * 1000000L};
+      pthread_cond_timedwait(&run->c, &run->m, &ts);
+    }
+    pthread_mutex_unlock(&run->m);
+  }
+  pthread_mutex_lock(&run->m);
+  json_t *data = json_pack("{s:s}", "status", done ? run_status(run, false, false) : "terminated");
+  json_t *code = done && !run->failed ? json_integer(run->exit_code) : json_null();
+  json_object_set(data, "exit_code", code);
+  json_object_set_new(data, "returncode", code);
+  pthread_mutex_unlock(&run->m);
+  run_put(run);
+  return aio_ok(r, data);
 }
 
 /* ---- bash.exec ---- */

@@ -142,6 +142,9 @@ static const struct route routes[] = {
     /* a sandbox's AIO API (below /aio/{id}/{token}; the box is r->box): aio.c, aio_shell.c */
     {AIO, GET_HEAD, "/v1/sandbox", h_aio_context, 0, 0},
     {AIO, "POST", "/v1/shell/exec", h_aio_shell_exec, EX, 0},
+    {AIO, "POST", "/v1/shell/view", h_aio_shell_view, EX, 0},
+    {AIO, "POST", "/v1/shell/wait", h_aio_shell_wait, EX, 0},
+    {AIO, "POST", "/v1/shell/kill", h_aio_shell_kill, EX, 0},
     {AIO, "POST", "/v1/shell/sessions/create", h_aio_shell_session_create, EX, 0},
     {AIO, "GET", "/v1/shell/sessions", h_aio_shell_sessions, 0, 0},
     {AIO, "DELETE", "/v1/shell/sessions/{session_id}", h_aio_shell_session_delete, 0, 0},

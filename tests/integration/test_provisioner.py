@@ -95,6 +95,10 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
+        time.sleep(0.1)  # the reader takes the last lines
+        # a sanitizer build (SBX_BUILD=build-san) reports on stderr
+        raw = [l["raw"] for l in self.logs if "raw" in l]
+        assert not any("Sanitizer" in l or "runtime error" in l for l in raw), "".join(raw)
 
 
 class Aio:
@@ -458,3 +462,25 @@ def test_user_data_folder_follows_no_symlink(server, state, tmp_path):
     assert r.status == 500 and "symlink" in r.json()["detail"], r.body
     assert os.listdir(str(target)) == []
     assert server.req("GET", "/api/sandboxes").json()["count"] == 0
+
+
+def test_aio_follow_a_command_past_no_change_timeout(server):
+    a = server.create("v1")
+    assert a.ok("POST", "/v1/shell/view", {})["status"] == "completed"  # nothing ran yet
+    r = a.sh("echo one; sleep 2; echo two", no_change_timeout=1)
+    assert r["status"] == "no_change_timeout"
+    v = a.ok("POST", "/v1/shell/view", {})
+    assert v["status"] == "running" and v["output"] == "one\n", v
+    assert a.ok("POST", "/v1/shell/wait", {"seconds": 10})["status"] == "completed"
+    v = a.ok("POST", "/v1/shell/view", {})
+    assert (v["status"], v["output"], v["exit_code"]) == ("completed", "one\ntwo\n", 0), v
+    # kill: a command that would run for a minute ends at once
+    a.ok("POST", "/v1/shell/sessions/create", {"id": "k"})
+    r = a.sh("echo start; sleep 60", id="k", no_change_timeout=1)
+    assert r["status"] == "no_change_timeout"
+    assert a.ok("POST", "/v1/shell/wait", {"id": "k", "seconds": 1})["status"] == "running"
+    t0 = time.time()
+    k = a.ok("POST", "/v1/shell/kill", {"id": "k"})
+    assert k["status"] == "terminated" and time.time() - t0 < 5, k
+    assert a.ok("POST", "/v1/shell/view", {"id": "k"})["status"] != "running"
+    assert a.req("POST", "/v1/shell/view", {"id": "nope"}).status == 404
