@@ -751,6 +751,12 @@ def main():
         with open(ks_notes) as f:
             w(f.read().strip() + "\n")
 
+    # DeerFlow's first tool call: measured separately by bench/deerflow.py, written by hand
+    deerflow_notes = os.path.join(bench, "deerflow-notes.md")
+    if os.path.exists(deerflow_notes):
+        with open(deerflow_notes) as f:
+            w(f.read().strip() + "\n")
+
     profiles(w, res, bench)
 
     # commands

@@ -12,6 +12,8 @@
  *     correct Content-Length), or a suffix of its path (percent-encoded where a request target
  *     needs it) up to the first '\n', followed by the body or by extra header lines.
  *   - first byte >= 0xf0: the rest goes on the wire as it is.
+ *   The provisioner routes carry X-API-Key (PROVISIONER_API_KEY is set) and the AIO routes
+ *   live below /aio/{ID}/{TOKEN}; for both, the no-token flag drops or falsifies the credential.
  *   In both, "{ID}", "{TOKEN}" and "{SESSION}" are replaced by the fixture sandbox's id, its
  *   access token and a bash session of it. fuzz/make_seeds.py writes the seeds
  *   (fuzz/corpus/sbxd_request/) from the same route table.
@@ -68,7 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { T_NONE, T_BODY, T_SUFFIX, T_SUFFIX_BODY }; /* what the tail is */
 enum { C_NONE, C_JSON, C_MULTIPART };             /* the body's type */
-enum { P_LIFECYCLE, P_EXECD, P_ENDPOINT };        /* where the path lives */
+/* where the path lives: the lifecycle API, execd and port endpoints, the provisioner API (at the
+ * root, X-API-Key), a sandbox's AIO API (below /aio/{id}/{token}) */
+enum { P_LIFECYCLE, P_EXECD, P_ENDPOINT, P_PROVISIONER, P_AIO };
 #define BOUNDARY "sbxfuzzboundary"
 
 struct route {
@@ -117,6 +121,19 @@ static const struct route routes[] = {
     {"execd_proxy", "GET", "/proxy/", P_EXECD, T_SUFFIX, C_NONE, true},
     {"port", "GET", "/", P_ENDPOINT, T_SUFFIX, C_NONE, true},
     {"code", "POST", "/code", P_EXECD, T_BODY, C_JSON, true},
+    /* DeerFlow's provisioner API: F_NO_TOKEN drops the X-API-Key */
+    {"prov_caps", "GET", "/api/capabilities", P_PROVISIONER, T_NONE, C_NONE, false},
+    {"prov_create", "POST", "/api/sandboxes", P_PROVISIONER, T_BODY, C_JSON, true},
+    {"prov_list", "GET", "/api/sandboxes", P_PROVISIONER, T_SUFFIX, C_NONE, false},
+    {"prov_get", "GET", "/api/sandboxes/", P_PROVISIONER, T_SUFFIX, C_NONE, false},
+    {"prov_delete", "DELETE", "/api/sandboxes/", P_PROVISIONER, T_SUFFIX, C_NONE, true},
+    /* the AIO API: F_NO_TOKEN puts a wrong token in the path */
+    {"aio_context", "GET", "/v1/sandbox", P_AIO, T_NONE, C_NONE, true},
+    {"aio_shell", "POST", "/v1/shell/", P_AIO, T_SUFFIX_BODY, C_JSON, true},
+    {"aio_session_delete", "DELETE", "/v1/shell/sessions/", P_AIO, T_SUFFIX, C_NONE, true},
+    {"aio_bash", "POST", "/v1/bash/exec", P_AIO, T_BODY, C_JSON, true},
+    {"aio_file", "POST", "/v1/file/", P_AIO, T_SUFFIX_BODY, C_JSON, true},
+    {"aio_download", "GET", "/v1/file/download", P_AIO, T_SUFFIX, C_NONE, true},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -131,6 +148,7 @@ enum {
 };
 #define RAW_MODE 0xf0
 #define UNKNOWN_ID "0123456789abcdef"
+#define FUZZ_PROVISIONER_KEY "fuzz-provisioner-key"
 
 /* ---- state ---- */
 
@@ -480,6 +498,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   self_pid = getpid();
   verbose = getenv("SBXD_FUZZ_VERBOSE") && strcmp(getenv("SBXD_FUZZ_VERBOSE"), "1") == 0;
   setenv("SBXD_LOG_LEVEL", "error", 0); /* a line per request otherwise */
+  setenv("PROVISIONER_API_KEY", FUZZ_PROVISIONER_KEY, 1);
   setenv("SBX_PULL", "never", 1); /* an image.uri not in the store is never looked up online */
 #ifdef SBX_FUZZ_INIT
   setenv("SBX_INIT", SBX_FUZZ_INIT, 0);
@@ -649,8 +668,14 @@ static void build(sbx_buf_t *req, const uint8_t *data, size_t size, bool *reach)
     method = "HEAD";
 
   sbx__buf_printf(req, "%s ", method);
-  bool uses_id = strstr(rt->path, "{ID}") != NULL || rt->where != P_LIFECYCLE;
-  if (rt->where == P_LIFECYCLE) {
+  bool own_auth = rt->where == P_PROVISIONER || rt->where == P_AIO;
+  bool uses_id =
+      strstr(rt->path, "{ID}") != NULL || (rt->where != P_LIFECYCLE && rt->where != P_PROVISIONER);
+  if (rt->where == P_PROVISIONER) {
+    /* at the root only */
+  } else if (rt->where == P_AIO) {
+    sbx__buf_printf(req, "/aio/%s/%s", id, (flags & F_NO_TOKEN) ? UNKNOWN_ID : fixture_token);
+  } else if (rt->where == P_LIFECYCLE) {
     if (v1 && strcmp(rt->path, "/health") != 0)
       sbx__buf_puts(req, "/v1");
   } else {
@@ -676,7 +701,9 @@ static void build(sbx_buf_t *req, const uint8_t *data, size_t size, bool *reach)
   put_target(req, suffix, suffix_len);
   sbx__buf_puts(req, " HTTP/1.1\r\nHost: 127.0.0.1\r\n");
   bool token = rt->where != P_LIFECYCLE && !(flags & F_NO_TOKEN);
-  if (token)
+  if (token && rt->where == P_PROVISIONER)
+    sbx__buf_puts(req, "X-API-Key: " FUZZ_PROVISIONER_KEY "\r\n");
+  else if (token && !own_auth)
     sbx__buf_printf(req, "%s: %s\r\n", SBXD_TOKEN_HEADER, fixture_token);
   if (!body)
     put_headers(req, rest, rest_len);
@@ -707,7 +734,7 @@ static void build(sbx_buf_t *req, const uint8_t *data, size_t size, bool *reach)
     sbx__buf_puts(req, "\r\n");
   }
   /* /v1 in front of the direct form is not an endpoint route */
-  bool routed = rt->where == P_LIFECYCLE || v1 || (flags & F_PROXY_FORM);
+  bool routed = rt->where == P_LIFECYCLE || own_auth || v1 || (flags & F_PROXY_FORM);
   *reach = rt->reach && routed && !(uses_id && unknown) && (rt->where == P_LIFECYCLE || token);
   sbx__buf_free(&tail);
 }

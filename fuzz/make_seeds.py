@@ -363,7 +363,8 @@ ROUTES = ["health", "create", "list", "get", "delete", "metadata", "pause", "res
           "interrupt", "status", "logs", "session", "session_run", "session_delete", "metrics",
           "files_info", "files_delete", "files_mv", "files_perm", "files_search",
           "files_replace", "upload", "download", "dir_list", "mkdir", "rmdir", "execd_proxy",
-          "port", "code"]
+          "port", "code", "prov_caps", "prov_create", "prov_list", "prov_get", "prov_delete",
+          "aio_context", "aio_shell", "aio_session_delete", "aio_bash", "aio_file", "aio_download"]
 # byte 1: flags
 UNKNOWN_ID, NO_TOKEN, CHUNKED, V1_TOGGLE, PROXY_FORM, EXPECT, HEAD = 1, 2, 4, 8, 16, 32, 64
 RAW = 0xF0
@@ -391,6 +392,42 @@ def sbxd_request_seeds():
              b"Content-Type: application/octet-stream")
     seeds = {
         "health": req("health"),
+        # DeerFlow's provisioner API and the AIO API (DeerFlow's remote_backend / AioSandbox bodies)
+        "prov_caps": req("prov_caps"),
+        "prov_caps_nokey": req("prov_caps", flags=NO_TOKEN),
+        "prov_create": req("prov_create", '{"sandbox_id":"fz1","thread_id":"t1","user_id":"u1",'
+                                          '"include_legacy_skills":false,'
+                                          '"provision_lark_cli_runtime":false,'
+                                          '"provision_lark_cli_broker":false}'),
+        "prov_create_mounts": req("prov_create", '{"sandbox_id":"fz2","extra_mounts":[{"host_path":'
+                                                 '"/x/acp","container_path":"/mnt/acp-workspace",'
+                                                 '"read_only":true}]}'),
+        "prov_create_bad": req("prov_create", '{"sandbox_id":"a/b","thread_id":1}'),
+        "prov_list": req("prov_list"),
+        "prov_get": req("prov_get", "fz1"),
+        "prov_delete": req("prov_delete", "fz1"),
+        "aio_context": req("aio_context"),
+        "aio_context_badtoken": req("aio_context", flags=NO_TOKEN),
+        "aio_shell_exec": req("aio_shell", 'exec\n{"command":"echo hi; cd /tmp; export A=1",'
+                                           '"no_change_timeout":2,"hard_timeout":5}'),
+        "aio_shell_session": req("aio_shell", 'sessions/create\n{"id":"s1","exec_dir":"/tmp"}'),
+        "aio_shell_view": req("aio_shell", 'view\n{"id":"s1"}'),
+        "aio_shell_wait": req("aio_shell", 'wait\n{"seconds":1}'),
+        "aio_shell_kill": req("aio_shell", 'kill\n{}'),
+        "aio_session_delete": req("aio_session_delete", "s1"),
+        "aio_bash": req("aio_bash", '{"command":"echo $K","env":{"K":"v","N":null},'
+                                    '"hard_timeout":5,"max_output_length":10}'),
+        "aio_file_write": req("aio_file", 'write\n{"file":"%s/a.txt","content":"AAEC",'
+                                          '"encoding":"base64","append":false}' % W),
+        "aio_file_read": req("aio_file", 'read\n{"file":"%s/a.txt","start_line":0,"end_line":1}' % W),
+        "aio_file_list": req("aio_file", 'list\n{"path":"/mnt/user-data","recursive":true,'
+                                         '"show_hidden":false,"sort_by":"size","sort_desc":true,'
+                                         '"file_types":[".txt"]}'),
+        "aio_file_find": req("aio_file", 'find\n{"path":"/mnt/user-data","glob":"**/*.txt"}'),
+        "aio_file_grep": req("aio_file", 'grep\n{"path":"/mnt/user-data","pattern":"a+",'
+                                         '"case_insensitive":true,"fixed_strings":false,'
+                                         '"max_results":400,"max_file_size":"1M","include":["*.txt"]}'),
+        "aio_download": req("aio_download", "?path=%s/a.txt" % W),
         "health_head": req("health", flags=HEAD | V1_TOGGLE),
         # OpenSandbox's SDK create body (the image is declared in the target's configuration)
         "create_sdk": req("create", '{"image":{"uri":"ubuntu"},"entrypoint":["/bin/sh"],'

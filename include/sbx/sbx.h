@@ -268,6 +268,10 @@ struct sbx_create_opts {
   /* The initial egress policy, JSON ({defaultAction, egress}: src/net/policy.h), already
    * validated by the front-end; NULL: the configured one. Only for sandbox.network egress. */
   const char *network_policy;
+  /* The host folder bound at /mnt/user-data (absolute; it and its workspace, uploads and outputs
+   * are created and given to the sandbox's root; it outlives the sandbox). NULL: a folder of
+   * the sandbox's own, deleted with it. */
+  const char *user_data;
 };
 SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
                                      sbx_error_t *err);

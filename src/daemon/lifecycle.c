@@ -100,7 +100,7 @@ static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
   if (md)
     json_object_set(j, "metadata", md);
   json_t *ep = json_object_get(b->extra, "entrypoint");
-  json_object_set(j, "entrypoint", ep ? ep : json_array());
+  json_object_set_new(j, "entrypoint", ep ? json_incref(ep) : json_array());
   if (b->expires_ms)
     json_object_set_new(j, "expiresAt", sbxd_jtime(b->expires_ms));
   json_object_set_new(j, "createdAt", sbxd_jtime(b->created_ms));

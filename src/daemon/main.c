@@ -18,7 +18,9 @@ static void usage(FILE *f)
         "\n"
         "Serves OpenSandbox's lifecycle and execd HTTP APIs (and DeerFlow's sandbox contract as\n"
         "JSON) on top of libsbx, so the official OpenSandbox SDKs and DeerFlow's OpenSandbox\n"
-        "provider work against sbx unchanged. Logs are JSON lines on stderr.\n"
+        "provider work against sbx unchanged; and DeerFlow's provisioner API (/api/sandboxes)\n"
+        "with each sandbox's AIO sandbox API, for DeerFlow's default AioSandboxProvider.\n"
+        "Logs are JSON lines on stderr.\n"
         "\n"
         "Options:\n"
         "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080);\n"
@@ -30,6 +32,12 @@ static void usage(FILE *f)
         "                      only listens on a loopback address\n"
         "  --help              this help\n"
         "  --version           print the version\n"
+        "\n"
+        "Environment (the provisioner API, as DeerFlow's docker/provisioner/app.py):\n"
+        "  PROVISIONER_API_KEY      the X-API-Key of /api/ (unset: every /api/ request is 401)\n"
+        "  THREADS_HOST_PATH        /mnt/user-data is THREADS_HOST_PATH/<thread>/user-data\n"
+        "                           (unset: the (user, thread) folder in the home)\n"
+        "  DEER_FLOW_HOST_BASE_DIR  skills and extra mounts come from below it\n"
         "\n"
         "See docs/sbxd.md for the routes and docs/configuration.md for the `sbxd:` block.\n",
         f);

@@ -1,10 +1,12 @@
 /* The route table: one place to read who answers which request.
  *
- * Two scopes. API routes are below "/" and "/v1" (unless ROUTE_NO_V1), matched against the
+ * Three scopes. API routes are below "/" and "/v1" (unless ROUTE_NO_V1), matched against the
  * path's non-empty segments joined by '/', and need the API key when one is configured (unless
  * ROUTE_NO_AUTH). EXECD routes are a sandbox's execd API, below its endpoint mounts
  * "/sandboxes/{id}/proxy/44772" and "/direct/{id}/44772" (endpoint() below: those carry the
- * sandbox's access token instead), matched against the path below the mount as sent.
+ * sandbox's access token instead), matched against the path below the mount as sent. AIO
+ * routes are a sandbox's AIO sandbox API (aio.c), below "/aio/{id}/{token}" (the base URL the
+ * provisioner API hands out: the token in the path is the credential, as the SDK sends none).
  *
  * A pattern is literal text with parameters: "{name}" is one or more characters other than
  * '/', "{name?}" zero or more, "{name...}" the rest (one or more characters, '/' included); a
@@ -15,6 +17,7 @@
  * parameters with sbxd_param(r, "id"). */
 #include "router.h"
 #include "commands.h"
+#include "aio.h"
 #include "contract.h"
 #include "ctx.h"
 #include "egress.h"
@@ -22,6 +25,7 @@
 #include "lifecycle.h"
 #include "mcp_http.h"
 #include "metrics.h"
+#include "provisioner.h"
 #include "proxy.h"
 #include "pty.h"
 #include "registry.h"
@@ -30,7 +34,7 @@
 
 #include <string.h>
 
-enum { API, EXECD, EGRESS };
+enum { API, EXECD, EGRESS, AIO };
 enum { ROUTE_NO_AUTH = 1, ROUTE_NO_V1 = 2, ROUTE_AT_ONCE = 4 };
 
 struct route {
@@ -67,6 +71,8 @@ static enum MHD_Result h_no_code(struct req *r)
 #define LC SBXD_BODY_LIFECYCLE
 #define CT SBXD_BODY_CONTRACT
 #define EX SBXD_BODY_EXECD
+#define PR SBXD_BODY_LIFECYCLE
+#define NA (ROUTE_NO_AUTH | ROUTE_NO_V1) /* the provisioner checks its own key */
 
 static const struct route routes[] = {
     /* health (no key: load balancers probe it) */
@@ -100,6 +106,13 @@ static const struct route routes[] = {
     {API, "POST", "/sandboxes/{id}/contract/list_dir", h_contract_list_dir, CT, 0},
     {API, "POST", "/sandboxes/{id}/contract/glob", h_contract_glob, CT, 0},
     {API, "POST", "/sandboxes/{id}/contract/grep", h_contract_grep, CT, 0},
+    /* DeerFlow's provisioner API (provisioner.c) */
+    {API, "GET", "/api/capabilities", h_prov_capabilities, PR, NA},
+    {API, "GET", "/api/sandboxes", h_prov_list, PR, NA},
+    {API, "POST", "/api/sandboxes", h_prov_create, PR, NA},
+    {API, "GET", "/api/sandboxes/{id}", h_prov_get, PR, NA},
+    {API, "DELETE", "/api/sandboxes/{id}", h_prov_delete, PR, NA},
+    {API, NULL, "/api*", h_prov_other, PR, NA},
 
     /* a sandbox's execd API (below its endpoint mount; the box is r->box) */
     {EXECD, GET_HEAD, "/ping", h_ping, 0, 0},
@@ -137,12 +150,31 @@ static const struct route routes[] = {
     {EGRESS, "GET", "/policy", h_egress_get, 0, 0},
     {EGRESS, "PATCH", "/policy", h_egress_patch, SBXD_BODY_EGRESS, 0},
     {EGRESS, "DELETE", "/policy", h_egress_delete, SBXD_BODY_EGRESS, 0},
+
+    /* a sandbox's AIO API (below /aio/{id}/{token}; the box is r->box): aio.c, aio_shell.c */
+    {AIO, GET_HEAD, "/v1/sandbox", h_aio_context, 0, 0},
+    {AIO, "POST", "/v1/shell/exec", h_aio_shell_exec, EX, 0},
+    {AIO, "POST", "/v1/shell/view", h_aio_shell_view, EX, 0},
+    {AIO, "POST", "/v1/shell/wait", h_aio_shell_wait, EX, 0},
+    {AIO, "POST", "/v1/shell/kill", h_aio_shell_kill, EX, 0},
+    {AIO, "POST", "/v1/shell/sessions/create", h_aio_shell_session_create, EX, 0},
+    {AIO, "GET", "/v1/shell/sessions", h_aio_shell_sessions, 0, 0},
+    {AIO, "DELETE", "/v1/shell/sessions/{session_id}", h_aio_shell_session_delete, 0, 0},
+    {AIO, "POST", "/v1/bash/exec", h_aio_bash_exec, EX, 0},
+    {AIO, "POST", "/v1/file/read", h_aio_file_read, EX, 0},
+    {AIO, "POST", "/v1/file/write", h_aio_file_write, CT, 0},
+    {AIO, GET_HEAD, "/v1/file/download", h_aio_file_download, 0, 0},
+    {AIO, "POST", "/v1/file/list", h_aio_file_list, EX, 0},
+    {AIO, "POST", "/v1/file/find", h_aio_file_find, EX, 0},
+    {AIO, "POST", "/v1/file/grep", h_aio_file_grep, EX, 0},
 };
 
 #undef GET_HEAD
 #undef LC
 #undef CT
 #undef EX
+#undef PR
+#undef NA
 
 /* ---- matching ---- */
 
@@ -388,6 +420,29 @@ static enum MHD_Result endpoint(struct req *r, char **s, size_t base, size_t pre
   return dispatch(r, rt, r->sub);
 }
 
+/* A request below a box's AIO mount /aio/{id}/{token}: FastAPI's {"detail": ...} errors. */
+static enum MHD_Result aio_endpoint(struct req *r, char **s)
+{
+  struct box *b = box_get(s[1]);
+  if (b && (b->kind != BOX_MANAGED || !sbxd_secret_equal(s[2], b->token))) {
+    box_put(b);
+    b = NULL;
+  }
+  if (b == NULL) /* an unknown sandbox and a wrong token look alike */
+    return sbxd_json(r, 404, json_pack("{s:s}", "detail", "Not Found"));
+  r->box = b;
+  r->sub = url_sub(r->url, 3);
+  if (box_paused(b))
+    return sbxd_json(r, 409,
+                     json_pack("{s:s}", "detail", "the sandbox is paused; resume it first"));
+  bool known;
+  const struct route *rt = find(AIO, false, r->method, r->sub, &known);
+  if (rt == NULL)
+    return sbxd_json(r, known ? 405 : 404,
+                     json_pack("{s:s}", "detail", known ? "Method Not Allowed" : "Not Found"));
+  return dispatch(r, rt, r->sub);
+}
+
 /* ---- the entry ---- */
 
 enum MHD_Result sbxd_route(struct req *r)
@@ -412,6 +467,11 @@ enum MHD_Result sbxd_route(struct req *r)
   else if (base == 0 && n >= 3 && strcmp(s[0], "direct") == 0)
     prefix = 3;
   enum MHD_Result ret;
+  if (base == 0 && n >= 3 && strcmp(s[0], "aio") == 0 && !traversal) {
+    ret = aio_endpoint(r, s);
+    sbx__strv_free(&seg);
+    return ret;
+  }
   if (prefix && !traversal) {
     ret = endpoint(r, s, base, prefix);
     sbx__strv_free(&seg);

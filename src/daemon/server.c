@@ -117,6 +117,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     r->on_close(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   if (r->begun) {
     const char *path = r->url ? r->url : "";
+    /* an AIO base URL carries its sandbox's token: never log it */
+    cleanup_free char *masked = NULL;
+    if (strncmp(path, "/aio/", 5) == 0 && strchr(path + 5, '/')) {
+      const char *tok = strchr(path + 5, '/') + 1, *rest = tok + strcspn(tok, "/");
+      masked = xasprintf("%.*s***%s", (int) (tok - path), path, rest);
+      path = masked;
+    }
     json_t *f = json_object();
     json_object_set_new(f, "request_id", json_string(r->rid));
     json_object_set_new(f, "method", json_string(r->method ? r->method : ""));

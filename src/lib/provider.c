@@ -233,7 +233,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     goto fail;
   if (pool >= 0)
     close(steal_fd(&pool));
-  user_data = sbx__instance_user_data(in, err);
+  user_data = o && o->user_data ? sbx__user_data_ensure(o->user_data, in->ops->data_owner, err)
+                                : sbx__instance_user_data(in, err);
   if (user_data == NULL)
     goto fail;
   if (adopted) {

@@ -305,6 +305,60 @@ static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, bo
   return fd;
 }
 
+/* workspace, uploads and outputs inside an open user-data folder */
+static int user_data_children(int fd, uid_t owner, const char *what, sbx_error_t *err)
+{
+  static const char *const subs[] = {"workspace", "uploads", "outputs"};
+  for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+    int sub = open_dir_at(fd, subs[i], 0755, owner, true);
+    if (sub < 0)
+      return sbx__make_error(err, errno, SBX_E_IO,
+                             "create `%s` in the user-data folder %s (a symlink there is refused)",
+                             subs[i], what);
+    close(sub);
+  }
+  return 0;
+}
+
+char *sbx__user_data_ensure(const char *path, uid_t owner, sbx_error_t *err)
+{
+  if (path == NULL || path[0] != '/')
+    return sbx__make_error(err, 0, SBX_E_INVALID, "user-data folder `%s` is not an absolute path",
+                           path ? path : ""),
+           NULL;
+  int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "open `/`"), NULL;
+  const char *p = path;
+  while (*p) {
+    while (*p == '/')
+      p++;
+    size_t len = strcspn(p, "/");
+    if (len == 0)
+      break;
+    cleanup_free char *name = xstrndup(p, len);
+    p += len;
+    bool last = p[strspn(p, "/")] == '\0';
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+      close(fd);
+      return sbx__make_error(err, 0, SBX_E_INVALID,
+                             "user-data folder `%s` has a `.` or `..` component", path),
+             NULL;
+    }
+    int next = open_dir_at(fd, name, 0755, owner, last);
+    close(fd);
+    if (next < 0)
+      return sbx__make_error(err, errno, SBX_E_IO,
+                             "create user-data folder `%s` (at `%s`; a symlink is refused)", path,
+                             name),
+             NULL;
+    fd = next;
+  }
+  int rc = user_data_children(fd, owner, path, err);
+  close(fd);
+  return rc < 0 ? NULL : xstrdup(path);
+}
+
 char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
                              sbx_error_t *err)
 {

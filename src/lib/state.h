@@ -66,5 +66,9 @@ int sbx__lease_owners(const char *home, const char *id, long **pids, size_t *n);
  * returns the path of its user-data directory. */
 char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thread, uid_t owner,
                              sbx_error_t *err);
+/* The same for a user-data folder at an absolute host path a front-end names (sbx_create_opts's
+ * user_data): missing components are created, the folder and its three children are given to
+ * owner, no symlink is followed. Returns the path. */
+char *sbx__user_data_ensure(const char *path, uid_t owner, sbx_error_t *err);
 
 #endif
