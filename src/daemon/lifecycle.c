@@ -5,6 +5,7 @@
 #include "lifecycle.h"
 #include "ctx.h"
 #include "registry.h"
+#include "snapshots.h"
 #include "spares.h"
 #include "volumes.h"
 #include "../lib/image/image.h"
@@ -75,7 +76,10 @@ static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
   json_t *j = json_object();
   json_object_set_new(j, "id", json_string(b->id));
   json_t *image = json_object_get(b->extra, "image");
-  if (!for_create && json_is_string(image))
+  json_t *snap = json_object_get(b->extra, "snapshotId");
+  if (!for_create && json_is_string(snap))
+    json_object_set(j, "snapshotId", snap);
+  else if (!for_create && json_is_string(image))
     json_object_set_new(j, "image", json_pack("{s:O}", "uri", image));
   json_t *platform = json_object_get(b->extra, "platform");
   if (platform)
@@ -199,8 +203,11 @@ struct create {
   json_t *image, *snap, *entry, *timeout, *limits, *env, *md, *platform, *netpol, *cred, *vols,
       *ext, *secure;
   int64_t tmo;        /* seconds (when timeout) */
-  const char *uri;    /* image.uri */
+  const char *uri;    /* image.uri, or the snapshot's image */
   const char *target; /* the image sbx makes it from */
+  char *snap_image;   /* owned: the snapshot's image (snapshotId) */
+  json_t *default_entry;
+  unsigned status; /* of the answer when create_unsupported says no (0: 400) */
   double cpus;
   uint64_t memory;
   sbx_strv_t envv; /* "KEY=VALUE" */
@@ -297,9 +304,17 @@ static const char *create_schema(json_t *body, struct create *c)
 static const char *create_unsupported(struct create *c, char **msg)
 {
   const char *code = NULL;
+  if (c->snap && c->ext && json_object_get(c->ext, "poolRef")) {
+    *msg = xstrdup("snapshotId cannot be used together with poolRef.");
+    return INVALID_PARAMETER;
+  }
   if (c->snap) {
-    *msg = xstrdup("Snapshots are not supported by sbxd.");
-    return NOT_SUPPORTED;
+    /* the snapshot's image, with the server's default entrypoint when none is given */
+    if (snapshots_restore_image(json_string_value(c->snap), &c->snap_image, &c->status, &code,
+                                msg) < 0)
+      return code;
+    if (c->entry == NULL)
+      c->entry = c->default_entry = json_pack("[s,s,s]", "tail", "-f", "/dev/null");
   }
   if (c->ext && json_object_get(c->ext, "poolRef")) {
     *msg = xstrdup("poolRef is not supported by sbxd (a single-host runtime).");
@@ -312,9 +327,12 @@ static const char *create_unsupported(struct create *c, char **msg)
   }
   if (c->md && (code = metadata_error(c->md, msg)) != NULL)
     return code;
-  c->uri = json_string_value(json_object_get(c->image, "uri"));
+  c->uri = c->snap_image ? c->snap_image : json_string_value(json_object_get(c->image, "uri"));
   cleanup_free char *pull_why = NULL;
-  if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &pull_why)) == NULL) {
+  if (c->snap_image)
+    c->target = c->snap_image;
+  else if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &pull_why)) ==
+           NULL) {
     sbx_buf_t known = {0};
     sbx__buf_puts(&known, "host");
     for (size_t i = 0; i < srv.cfg->n_images; i++)
@@ -415,6 +433,8 @@ static json_t *create_extra(const struct create *c, const struct volumes *vs)
   if (c->timeout)
     json_object_set_new(extra, "expiresAt", json_integer(now + c->tmo * 1000));
   json_object_set_new(extra, "image", json_string(c->uri));
+  if (c->snap)
+    json_object_set(extra, "snapshotId", c->snap);
   json_object_set(extra, "entrypoint", c->entry);
   if (c->md)
     json_object_set(extra, "metadata", c->md);
@@ -502,6 +522,12 @@ static int create_entrypoint(struct req *r, struct box *b, json_t *entry, enum M
   return 0;
 }
 
+static void create_free(struct create *c)
+{
+  free(c->snap_image);
+  json_decref(c->default_entry);
+}
+
 /* POST /sandboxes: the schema (422), what sbxd cannot give (400), the volumes, then the
  * sandbox and its entrypoint. */
 enum MHD_Result h_sandbox_create(struct req *r)
@@ -510,7 +536,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
   json_auto_t *body = sbxd_body_json(r, SBXD_JSON_LIFECYCLE, SBXD_WANT_ANY, &ret);
   if (body == NULL)
     return ret;
-  struct create c = {0};
+  __attribute__((cleanup(create_free))) struct create c = {0};
   create_members(&c, body);
   const char *bad = create_schema(body, &c);
   if (bad)
@@ -521,7 +547,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
     code = create_limits_env(&c, &msg);
   if (code) {
     sbx__strv_free(&c.envv);
-    return sbxd_error(r, 400, code, "%s", msg);
+    return sbxd_error(r, c.status ? c.status : 400, code, "%s", msg);
   }
   struct volumes vs;
   struct volume_error ve = {0};
@@ -882,9 +908,4 @@ enum MHD_Result h_sandbox_endpoint(struct req *r)
 enum MHD_Result h_metrics_events(struct req *r)
 {
   return sbxd_empty(r, 204);
-}
-
-enum MHD_Result h_snapshots(struct req *r)
-{
-  return sbxd_error(r, 400, NOT_SUPPORTED, "Snapshots are not supported by sbxd.");
 }

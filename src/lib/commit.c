@@ -63,8 +63,10 @@ static int capture(sbx_provider_t *p, const char *id, struct sbx_commit_work *cw
   int r = sbx__meta_read(home, id, &in.meta, err);
   if (r < 0) {
     close(lock);
-    if (err && *err && (*err)->status == ENOENT)
-      (*err)->kind = SBX_E_NOT_FOUND;
+    if (err && *err && (*err)->kind == SBX_E_NOT_FOUND) {
+      sbx_error_release(err);
+      sbx__make_error(err, ENOENT, SBX_E_NOT_FOUND, "sandbox %s does not exist", id);
+    }
     return -1;
   }
   in.dir = sbx__state_dir(home, id);

@@ -179,8 +179,9 @@ static int one(struct wr *w, int dirfd, const char *name, const char *rel, int d
     return walk(w, sub, rel, depth + 1, err);
   }
   if (S_ISLNK(st.st_mode)) {
-    char target[4096];
-    ssize_t n = readlinkat(dirfd, name, target, sizeof target - 1);
+    /* the chunk buffer, not the stack: this frame is on every level of the walk */
+    char *target = w->buf;
+    ssize_t n = readlinkat(dirfd, name, target, CHUNK - 1);
     if (n < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "readlink /%s", rel);
     target[n] = '\0';
@@ -471,7 +472,7 @@ int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char 
   if (sbx__write_file_at(AT_FDCWD, ixpath, ixtext, strlen(ixtext), 0644, false) < 0 ||
       sbx__write_file_at(AT_FDCWD, lpath, layout, strlen(layout), 0644, false) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "write the layout in `%s`", cw->dir);
-  struct sbx_image_import_opts o = {.name = norm};
+  struct sbx_image_import_opts o = {.name = norm, .verified = true};
   sbx_strv_t names = {0};
   r = sbx__image_import(home, cw->dir, &o, &names, err);
   sbx__strv_free(&names);

@@ -160,6 +160,9 @@ struct sbx_image_import_opts {
   const char *name;     /* store under this name (one image only); NULL: the archive's names */
   const char *platform; /* "os/arch[/variant]" for an index; NULL: this host's */
   struct sbx_layer_limits limits;
+  /* the layout's blobs were checked against their digests by the caller, which wrote them (a
+   * pull while it streamed them, a commit): linked into the store, not hashed again */
+  bool verified;
 };
 /* Imports every image of the archive or layout at path. names receives what was stored. */
 int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,

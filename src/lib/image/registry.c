@@ -1057,7 +1057,7 @@ int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_
   cleanup_free char *sname = sbx__ref_store_name(&ref);
   if (r == 0) {
     progress(&p, SBX_PULL_IMPORT, NULL, 0, 0);
-    struct sbx_image_import_opts io = {.name = sname};
+    struct sbx_image_import_opts io = {.name = sname, .verified = true};
     if (o)
       io.limits = o->limits;
     sbx_strv_t names = {0};
