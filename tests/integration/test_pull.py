@@ -338,6 +338,18 @@ def test_manifest_list_and_platform(sbx, registry, tmp_path):
     assert b"s390x" in p.stderr
 
 
+def test_platform_of_a_single_manifest_image(sbx, registry, tmp_path):
+    # no index to pick from: --platform is checked against the image's config, not ignored
+    reg = registry()
+    reg.push(layout(tmp_path, "bb", [mkimage.busybox_layer()]), "test/single:1")
+    ref = reg.host + "/test/single:1"
+    p = sbx.run("pull", "--platform", "linux/arm64", ref, check=1)
+    assert b"is for linux/amd64, not the platform asked for (linux/arm64)" in p.stderr, p.stderr
+    assert images(sbx) == {}
+    sbx.ok("pull", "-q", "--platform", "linux/amd64", ref)
+    assert ref in images(sbx)
+
+
 def test_corrupted_blob_stores_nothing(sbx, registry, tmp_path):
     reg = registry()
     lay = layout(tmp_path, "bb", [mkimage.busybox_layer(), hello_layer()])

@@ -238,6 +238,30 @@ static int commit(struct imp *im, json_t *entry, sbx_strv_t *names, sbx_error_t 
   return 0;
 }
 
+/* --platform is a requirement, not only a choice among an index's entries: a single image
+ * (no index to pick from) for another platform is refused, by what its config says. */
+static int platform_check(struct imp *im, const char *config_hex,
+                          const struct sbx_image_config *cfg, sbx_error_t *err)
+{
+  if (im->o == NULL || im->o->platform == NULL || (cfg->os == NULL && cfg->arch == NULL))
+    return 0;
+  cleanup_free char *want = xstrdup(im->o->platform);
+  char *arch = strchr(want, '/');
+  if (arch == NULL)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "platform `%s`: expected OS/ARCH[/VARIANT]",
+                           im->o->platform);
+  *arch++ = '\0';
+  char *variant = strchr(arch, '/');
+  if (variant)
+    *variant = '\0';
+  if ((cfg->os && strcmp(cfg->os, want) != 0) || (cfg->arch && strcmp(cfg->arch, arch) != 0))
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "image config sha256:%s is for %s/%s, not the platform asked for (%s)",
+                           config_hex, cfg->os ? cfg->os : "?", cfg->arch ? cfg->arch : "?",
+                           im->o->platform);
+  return 0;
+}
+
 /* The part common to both formats, once the config (staged) and the layers are known. */
 static int finish(struct imp *im, const char *manifest_hex, const char *config_hex,
                   const char *config_json, size_t config_len, const sbx_strv_t *layer_hex,
@@ -246,8 +270,8 @@ static int finish(struct imp *im, const char *manifest_hex, const char *config_h
   struct sbx_image_config cfg;
   if (sbx__image_config_parse(config_json, config_len, &cfg, err) < 0)
     return -1;
-  int r = 0;
-  if (cfg.diff_ids.n != layer_hex->n)
+  int r = platform_check(im, config_hex, &cfg, err);
+  if (r == 0 && cfg.diff_ids.n != layer_hex->n)
     r = sbx__make_error(err, 0, SBX_E_INVALID,
                         "image config sha256:%s: %zu diff_ids for %zu layers", config_hex,
                         cfg.diff_ids.n, layer_hex->n);

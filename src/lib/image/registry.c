@@ -1058,8 +1058,10 @@ int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_
   if (r == 0) {
     progress(&p, SBX_PULL_IMPORT, NULL, 0, 0);
     struct sbx_image_import_opts io = {.name = sname, .verified = true};
-    if (o)
+    if (o) {
       io.limits = o->limits;
+      io.platform = o->platform; /* a single-manifest image is checked against it there */
+    }
     sbx_strv_t names = {0};
     r = sbx__image_import(home, p.work, &io, &names, err);
     if (r < 0)
