@@ -311,9 +311,7 @@ int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t ui
     w.A->archive_entry_free(w.e);
   char hex[SBX_DIGEST_HEX + 1];
   sbx__sha256_final(w.sha, hex);
-  if (r == 0 && fsync(w.out) < 0)
-    r = sbx__make_error(err, errno, SBX_E_IO, "write `%s`", tmp);
-  close(w.out);
+  close(w.out); /* synced by sbx__commit_finish, after the thaw */
   for (size_t i = 0; i < w.n_links; i++)
     free(w.links[i].path);
   free(w.links);
@@ -407,6 +405,10 @@ int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char 
                        char **digest_out, sbx_error_t *err)
 {
   cleanup_free char *store = sbx__image_dir(home);
+  cleanup_free char *lpath = xasprintf("%s/blobs/sha256/%s", cw->dir, cw->layer_hex);
+  cleanup_close int lfd = open(lpath, O_RDONLY | O_CLOEXEC);
+  if (lfd < 0 || fsync(lfd) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "sync `%s`", lpath);
   struct sbx_image_rootfs pr;
   if (sbx__image_resolve(home, parent, &pr, err) < 0)
     return -1;
@@ -467,10 +469,10 @@ int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char 
                 "annotations", "org.opencontainers.image.ref.name", norm);
   cleanup_free char *ixtext = json_dumps(ix, JSON_COMPACT);
   cleanup_free char *ixpath = xasprintf("%s/index.json", cw->dir);
-  cleanup_free char *lpath = xasprintf("%s/oci-layout", cw->dir);
+  cleanup_free char *olpath = xasprintf("%s/oci-layout", cw->dir);
   static const char layout[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
   if (sbx__write_file_at(AT_FDCWD, ixpath, ixtext, strlen(ixtext), 0644, false) < 0 ||
-      sbx__write_file_at(AT_FDCWD, lpath, layout, strlen(layout), 0644, false) < 0)
+      sbx__write_file_at(AT_FDCWD, olpath, layout, strlen(layout), 0644, false) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "write the layout in `%s`", cw->dir);
   struct sbx_image_import_opts o = {.name = norm, .verified = true};
   sbx_strv_t names = {0};
