@@ -265,6 +265,9 @@ struct sbx_create_opts {
   const struct sbx_mount *mounts; /* extra bind mounts (host paths already vetted) */
   size_t n_mounts;
   const char *extra; /* a JSON object kept with the sandbox for the front-end */
+  /* NULL: a new random id; else this one (16 lower-case hex digits, not in use): for a
+   * front-end that answered with the id before it could make the sandbox (sbxd's pull) */
+  const char *id;
 };
 SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
                                      sbx_error_t *err);

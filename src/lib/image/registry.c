@@ -1108,6 +1108,23 @@ static void log_progress(void *ctx, const struct sbx_pull_event *ev)
   }
 }
 
+bool sbx__image_pull_needed(const char *home, const char *name)
+{
+  if (name == NULL || strcmp(name, "host") == 0)
+    return false;
+  struct sbx_image_rootfs rf;
+  if (sbx__image_resolve(home, name, &rf, NULL) == 0) {
+    sbx__image_rootfs_free(&rf);
+    return false;
+  }
+  struct sbx_ref ref;
+  if (sbx__ref_parse(name, &ref, NULL) < 0)
+    return false;
+  sbx__ref_free(&ref);
+  const char *pol = getenv("SBX_PULL");
+  return pol == NULL || strcmp(pol, "never") != 0;
+}
+
 int sbx__image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,
                       sbx_error_t *err)
 {
