@@ -73,6 +73,7 @@ static int capture(sbx_provider_t *p, const char *id, struct sbx_commit_work *cw
   in.ops = sbx__backend_find(in.meta.backend);
   cleanup_free char *upper = NULL;
   uint32_t base = 0, count = 0;
+  struct sbx_layer_limits lim = {cfg->image_layer_max_mib << 20, cfg->image_layer_max_entries};
   if (in.ops == NULL || in.ops->upper == NULL)
     r = sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "commit is not supported by the %s backend",
                         in.meta.backend ? in.meta.backend : "?");
@@ -85,7 +86,7 @@ static int capture(sbx_provider_t *p, const char *id, struct sbx_commit_work *cw
   if (freeze && in.ops->pause(&in, true, err) < 0)
     r = -1;
   if (r == 0)
-    r = sbx__commit_layer(cw, upper, base, count, err);
+    r = sbx__commit_layer(cw, upper, base, count, &lim, err);
   if (freeze) {
     sbx_error_t e = NULL;
     if (in.ops->pause(&in, false, &e) < 0 && r == 0) {

@@ -296,3 +296,22 @@ def test_sbxd_snapshots(sbxd, tmp_path, bb):
     s2 = sbxd(home=home)
     got = s2.req("GET", "/v1/snapshots/%s" % second["id"]).json()
     assert got["status"]["state"] == "Ready" and got["sandboxId"] == sb.id
+
+
+def test_commit_bounded_by_the_layer_limits(make_sbx, tmp_path):
+    # the sandbox writes what it likes: a commit stops at the import's bounds, and stores nothing
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sandbox:\n  image_layer_max_mib: 1\n")
+    s = make_sbx(config=str(cfg))
+    p = str(tmp_path / "bb.tar")
+    mkimage.build_docker(p, [(BB, [mkimage.busybox_layer()], None)])
+    s.ok("image", "import", "--max-size", "16", p)
+    sh(s, "big", "dd if=/dev/zero of=/big bs=1M count=2 2>/dev/null", image=BB)
+    before = index(s)
+    r = s.run("commit", "-t", "big", "big:1")
+    assert r.returncode == 1 and b"image_layer_max_mib" in r.stderr and b"/big" in r.stderr, r.stderr
+    assert index(s) == before and work_left(s) == []
+    sh(s, "big", "rm /big && echo small > /small")
+    s.ok("commit", "-t", "big", "small:1")
+    assert sh(s, "chk", "cat /small; ls /big 2>&1 | wc -l", image="small:1")["output"].split() == \
+        ["small", "1"]

@@ -42,6 +42,8 @@ struct wr {
   size_t n_links;
   char *buf;
   int io_errno;
+  struct sbx_layer_limits lim;
+  uint64_t entries, file_bytes;
 };
 
 static la_ssize_t write_cb(struct archive *a, void *ctx, const void *p, size_t n)
@@ -71,32 +73,32 @@ static int entry_xattrs(struct wr *w, const char *procpath, const char *rel, boo
                         sbx_error_t *err)
 {
   *opaque = false;
-  char names[8192];
-  ssize_t n = llistxattr(procpath, names, sizeof names);
+  /* the chunk buffer (not the stack: this frame is on every level of the walk): names in its
+   * first half, a value in the second; xattr names and values are at most 64 KiB each */
+  char *names = w->buf, *val = w->buf + CHUNK / 2;
+  ssize_t n = llistxattr(procpath, names, CHUNK / 2);
   if (n < 0)
     return errno == ENOTSUP ? 0 : sbx__make_error(err, errno, SBX_E_IO, "xattrs of /%s", rel);
   for (char *k = names; k < names + n; k += strlen(k) + 1) {
-    bool ovl =
-        sbx__str_has_prefix(k, "trusted.overlay.") || sbx__str_has_prefix(k, "user.overlay.");
-    if (ovl) {
-      const char *what = strstr(k, "overlay.") + strlen("overlay.");
+    /* overlay's own (the sandbox cannot set trusted.*); our overlay is not mounted with
+     * userxattr, so user.overlay.* is a sandbox's plain xattr, neither kept nor obeyed */
+    if (sbx__str_has_prefix(k, "trusted.overlay.")) {
+      const char *what = k + strlen("trusted.overlay.");
       if (strcmp(what, "redirect") == 0 || strcmp(what, "metacopy") == 0)
         return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
                                "/%s: overlayfs %s (a renamed lower directory or a metadata-only "
                                "copy) cannot be committed as a layer",
                                rel, what);
       if (strcmp(what, "opaque") == 0) {
-        char v[8] = "";
-        ssize_t m = lgetxattr(procpath, k, v, sizeof v - 1);
-        *opaque = m > 0 && v[0] == 'y';
+        ssize_t m = lgetxattr(procpath, k, val, 8);
+        *opaque = m > 0 && val[0] == 'y';
       }
       continue; /* origin, impure, nlink, ...: overlay's bookkeeping */
     }
     bool cap = strcmp(k, "security.capability") == 0;
-    if (!sbx__str_has_prefix(k, "user.") && !cap)
+    if ((!sbx__str_has_prefix(k, "user.") && !cap) || sbx__str_has_prefix(k, "user.overlay."))
       continue;
-    char val[4096];
-    ssize_t m = lgetxattr(procpath, k, val, sizeof val);
+    ssize_t m = lgetxattr(procpath, k, val, CHUNK / 2);
     if (m < 0)
       continue;
     /* a file capability set inside the sandbox is v3 (it names the namespace's root as a host
@@ -137,6 +139,17 @@ static int one(struct wr *w, int dirfd, const char *name, const char *rel, int d
   struct stat st;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "stat /%s", rel);
+  /* the import's bounds, checked here already: the work folder never grows past them */
+  if (++w->entries > w->lim.max_entries)
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "the sandbox's root has more than %llu entries "
+                           "(sandbox.image_layer_max_entries), at /%s",
+                           (unsigned long long) w->lim.max_entries, rel);
+  if (S_ISREG(st.st_mode) && (w->file_bytes += (uint64_t) st.st_size) > w->lim.max_bytes)
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "the sandbox's root holds more than %llu MiB "
+                           "(sandbox.image_layer_max_mib), at /%s",
+                           (unsigned long long) (w->lim.max_bytes >> 20), rel);
   for (size_t i = 0; i < ARRAY_SIZE(generated); i++)
     if (strcmp(rel, generated[i]) == 0)
       return 0;
@@ -280,7 +293,7 @@ void sbx__commit_end(struct sbx_commit_work *cw)
 }
 
 int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
-                      uint32_t uid_count, sbx_error_t *err)
+                      uint32_t uid_count, const struct sbx_layer_limits *lim, sbx_error_t *err)
 {
   cleanup_close int root = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0)
@@ -288,6 +301,8 @@ int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t ui
                            "open the sandbox's upper `%s`", upper);
   cleanup_free char *tmp = xasprintf("%s/layer.tar", cw->dir);
   struct wr w = {.A = sbx__archive_api(), .base = uid_base, .count = uid_count};
+  w.lim.max_bytes = lim && lim->max_bytes ? lim->max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
+  w.lim.max_entries = lim && lim->max_entries ? lim->max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   w.out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (w.out < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", tmp);
@@ -322,6 +337,7 @@ int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t ui
   if (rename(tmp, dst) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "stage the layer");
   memcpy(cw->layer_hex, hex, sizeof hex);
+  cw->lim = w.lim;
   cw->layer_size = w.bytes;
   return 0;
 }
@@ -474,7 +490,7 @@ int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char 
   if (sbx__write_file_at(AT_FDCWD, ixpath, ixtext, strlen(ixtext), 0644, false) < 0 ||
       sbx__write_file_at(AT_FDCWD, olpath, layout, strlen(layout), 0644, false) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "write the layout in `%s`", cw->dir);
-  struct sbx_image_import_opts o = {.name = norm, .verified = true};
+  struct sbx_image_import_opts o = {.name = norm, .limits = cw->lim, .verified = true};
   sbx_strv_t names = {0};
   r = sbx__image_import(home, cw->dir, &o, &names, err);
   sbx__strv_free(&names);

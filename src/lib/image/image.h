@@ -173,13 +173,15 @@ struct sbx_commit_work {
   char *dir; /* images/tmp/commit-*: an OCI layout being built */
   char layer_hex[SBX_DIGEST_HEX + 1];
   uint64_t layer_size;
+  struct sbx_layer_limits lim; /* the import's, as the layer was written with */
 };
 int sbx__commit_begin(const char *home, struct sbx_commit_work *cw, sbx_error_t *err);
 /* Writes the upper as the layout's new layer (the part that needs the sandbox frozen): whiteouts
  * (0/0 character devices, overlay's opaque xattr) become `.wh.` entries, host ids of the range
- * [uid_base, uid_base + uid_count) the image's 0-based ones. */
+ * [uid_base, uid_base + uid_count) the image's 0-based ones. lim (NULL: the defaults): the
+ * import's bounds, applied while it is written. */
 int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
-                      uint32_t uid_count, sbx_error_t *err);
+                      uint32_t uid_count, const struct sbx_layer_limits *lim, sbx_error_t *err);
 /* The new image: parent's manifest and config (parent must still have parent_layers, the
  * sandbox's image-layers, top first) plus the layer, imported under name. */
 int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char *parent,
