@@ -73,7 +73,7 @@ void pending_add(const char *id, json_t *extra, const char *reason, const char *
 {
   struct rec *r = xzalloc(sizeof *r);
   snprintf(r->i.id, sizeof r->i.id, "%s", id);
-  r->i.extra = json_incref(extra);
+  r->i.extra = json_deep_copy(extra); /* the box changes its own once it exists */
   rec_set(r, "Pending", reason, message);
   pthread_mutex_lock(&mu);
   expire();

@@ -16,7 +16,7 @@ struct pending_info {
 };
 void pending_info_free(struct pending_info *pi);
 
-/* A new record in Pending (extra is referenced, not taken). */
+/* A new record in Pending (with a copy of extra). */
 void pending_add(const char *id, json_t *extra, const char *reason, const char *message);
 void pending_set(const char *id, const char *state, const char *reason, const char *message);
 /* A copy of the record; false if there is none (or it was deleted). */
