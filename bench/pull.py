@@ -5,7 +5,7 @@ unpacked) and `podman pull` (fetch and unpack, when podman is installed), interl
 (round-robin), each from an empty store. The image comes from tests/images/mkimage.py
 (busybox-static plus four 25 MB random files), pushed once by skopeo.
 
-    python3 bench/pull.py [BUILD_DIR] [--rounds N]
+    python3 bench/pull.py [BUILD_DIR] [--rounds N] [--baseline OTHER_BUILD_DIR]
 """
 import argparse
 import os
@@ -33,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", help="another build dir whose sbx pull runs alongside")
     a = ap.parse_args()
     sbx = os.path.join(os.path.abspath(a.build), "sbx")
     tmp = tempfile.mkdtemp(prefix="sbx-bench-pull-")
@@ -49,6 +50,8 @@ def main():
         res = {"sbx pull": [], "skopeo copy": []}
         if podman:
             res["podman pull"] = []
+        if a.baseline:
+            res["sbx baseline"] = []
         for r in range(a.rounds + 1):  # round 0: warm-up, discarded
             for name in res:
                 d = os.path.join(tmp, "run")
@@ -56,6 +59,9 @@ def main():
                 os.makedirs(d)
                 if name == "sbx pull":
                     argv = [sbx, "--home", d, "pull", "-q", ref]
+                elif name == "sbx baseline":
+                    argv = [os.path.join(os.path.abspath(a.baseline), "sbx"), "--home", d,
+                            "pull", "-q", ref]
                 elif name == "skopeo copy":
                     argv = ["skopeo", "copy", "-q", "--src-tls-verify=false", "docker://" + ref,
                             "oci:%s/oci:x" % d]

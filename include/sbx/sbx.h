@@ -272,6 +272,9 @@ struct sbx_create_opts {
    * are created and given to the sandbox's root; it outlives the sandbox). NULL: a folder of
    * the sandbox's own, deleted with it. */
   const char *user_data;
+  /* NULL: a new random id; else this one (16 lower-case hex digits, not in use): for a
+   * front-end that answered with the id before it could make the sandbox (sbxd's pull) */
+  const char *id;
 };
 SBX_PUBLIC sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o,
                                      sbx_error_t *err);
@@ -284,6 +287,12 @@ SBX_PUBLIC int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json
 /* Freezes (cgroup freezer) or thaws every process of the sandbox. */
 SBX_PUBLIC int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err);
 SBX_PUBLIC bool sbx_sandbox_managed(const sbx_sandbox_t *sb);
+/* Stores the sandbox's writable root as a new image NAME[:TAG] of the store, on top of the image
+ * it was made from (docs/images.md, "Snapshots"). A running sandbox is frozen while its upper is
+ * read. SBX_E_UNSUPPORTED for a `host` sandbox (nothing to commit); *digest (malloc'ed, may be
+ * NULL) receives the new manifest's digest. */
+SBX_PUBLIC int sbx_commit(sbx_provider_t *p, const char *id, const char *name, char **digest,
+                          sbx_error_t *err);
 
 struct sbx_file_info {
   char *path;

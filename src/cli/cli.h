@@ -90,6 +90,7 @@ int cmd_doctor(struct cli *c, int argc, char **argv);
 int cmd_pull(struct cli *c, int argc, char **argv);
 int cmd_attach(struct cli *c, int argc, char **argv);
 int cmd_net(struct cli *c, int argc, char **argv);
+int cmd_commit(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */

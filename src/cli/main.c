@@ -28,6 +28,7 @@ static const struct cli_verb verbs[] = {
     {"images", cmd_images, "list the images of the store"},
     {"rmi", cmd_rmi, "remove images (refused while a sandbox uses one)"},
     {"pull", cmd_pull, "fetch an image from a registry into the store"},
+    {"commit", cmd_commit, "store the scope's sandbox's root as a new image"},
     {"doctor", cmd_doctor, "say what works on this host and what does not, with fixes"},
 };
 

@@ -5,6 +5,8 @@
 #include "lifecycle.h"
 #include "ctx.h"
 #include "registry.h"
+#include "pending.h"
+#include "snapshots.h"
 #include "spares.h"
 #include "volumes.h"
 #include "egress.h"
@@ -71,17 +73,39 @@ static const char *box_state(struct box *b, const struct live *l)
   return paused ? "Paused" : "Running";
 }
 
+/* The API's Sandbox from what sbxd keeps (extra), in a state with its reason and message. */
+static json_t *extra_json(const char *id, json_t *extra, const char *state, const char *reason,
+                          const char *message, int64_t trans, int64_t created_ms,
+                          int64_t expires_ms, bool for_create)
+{
+  json_t *j = json_object();
+  json_object_set_new(j, "id", json_string(id));
+  json_t *image = json_object_get(extra, "image");
+  json_t *snap = json_object_get(extra, "snapshotId");
+  if (!for_create && json_is_string(snap))
+    json_object_set(j, "snapshotId", snap);
+  else if (!for_create && json_is_string(image))
+    json_object_set_new(j, "image", json_pack("{s:O}", "uri", image));
+  json_t *platform = json_object_get(extra, "platform");
+  if (platform)
+    json_object_set(j, "platform", platform);
+  json_object_set_new(j, "status",
+                      json_pack("{s:s,s:s,s:s,s:o}", "state", state, "reason", reason, "message",
+                                message, "lastTransitionAt", sbxd_jtime(trans)));
+  json_t *md = json_object_get(extra, "metadata");
+  if (md)
+    json_object_set(j, "metadata", md);
+  json_t *ep = json_object_get(extra, "entrypoint");
+  json_object_set_new(j, "entrypoint", ep ? json_incref(ep) : json_array());
+  if (expires_ms)
+    json_object_set_new(j, "expiresAt", sbxd_jtime(expires_ms));
+  json_object_set_new(j, "createdAt", sbxd_jtime(created_ms));
+  return j;
+}
+
 static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
 {
   pthread_mutex_lock(&b->lock);
-  json_t *j = json_object();
-  json_object_set_new(j, "id", json_string(b->id));
-  json_t *image = json_object_get(b->extra, "image");
-  if (!for_create && json_is_string(image))
-    json_object_set_new(j, "image", json_pack("{s:O}", "uri", image));
-  json_t *platform = json_object_get(b->extra, "platform");
-  if (platform)
-    json_object_set(j, "platform", platform);
   const char *reason = "CONTAINER_RUNNING", *message = "Sandbox container started successfully.";
   if (strcmp(state, "Paused") == 0) {
     reason = "CONTAINER_PAUSED";
@@ -93,19 +117,18 @@ static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
   int64_t trans = json_is_integer(json_object_get(b->extra, "stateChangedAt"))
                       ? (int64_t) json_integer_value(json_object_get(b->extra, "stateChangedAt"))
                       : b->created_ms;
-  json_object_set_new(j, "status",
-                      json_pack("{s:s,s:s,s:s,s:o}", "state", state, "reason", reason, "message",
-                                message, "lastTransitionAt", sbxd_jtime(trans)));
-  json_t *md = json_object_get(b->extra, "metadata");
-  if (md)
-    json_object_set(j, "metadata", md);
-  json_t *ep = json_object_get(b->extra, "entrypoint");
-  json_object_set_new(j, "entrypoint", ep ? json_incref(ep) : json_array());
-  if (b->expires_ms)
-    json_object_set_new(j, "expiresAt", sbxd_jtime(b->expires_ms));
-  json_object_set_new(j, "createdAt", sbxd_jtime(b->created_ms));
+  json_t *j = extra_json(b->id, b->extra, state, reason, message, trans, b->created_ms,
+                         b->expires_ms, for_create);
   pthread_mutex_unlock(&b->lock);
   return j;
+}
+
+/* A create still pulling its image, or whose pull failed (pending.c keeps it). */
+static json_t *pending_sandbox_json(const struct pending_info *pi, bool for_create)
+{
+  int64_t exp = json_integer_value(json_object_get(pi->extra, "expiresAt"));
+  return extra_json(pi->id, pi->extra, pi->state, pi->reason, pi->message, pi->trans_ms,
+                    json_integer_value(json_object_get(pi->extra, "createdAt")), exp, for_create);
 }
 
 /* ---- validation helpers ---- */
@@ -175,13 +198,18 @@ static const char *host_arch(void)
 
 /* ---- create ---- */
 
-static const char *resolve_image(const char *uri, json_t *auth, char **why)
+static const char *resolve_image(const char *uri, json_t *auth, bool *pull, char **why)
 {
   if (strcmp(uri, "host") == 0)
     return "host";
   for (size_t i = 0; i < srv.cfg->n_images; i++)
     if (strcmp(srv.cfg->images[i].name, uri) == 0)
       return srv.cfg->images[i].target;
+  /* a pull is done after the answer: the create reports Pending meanwhile */
+  if (sbx__image_pull_needed(sbx_provider_home(srv.p), uri)) {
+    *pull = true;
+    return uri;
+  }
   /* an image of the store (sbx image import), else a reference pulled now with image.auth */
   struct sbx_pull_opts po = {0};
   sbx__pull_opts_from_config(srv.cfg, &po);
@@ -201,8 +229,12 @@ struct create {
   json_t *image, *snap, *entry, *timeout, *limits, *env, *md, *platform, *netpol, *cred, *vols,
       *ext, *secure;
   int64_t tmo;        /* seconds (when timeout) */
-  const char *uri;    /* image.uri */
+  const char *uri;    /* image.uri, or the snapshot's image */
   const char *target; /* the image sbx makes it from */
+  char *snap_image;   /* owned: the snapshot's image (snapshotId) */
+  json_t *default_entry;
+  unsigned status; /* of the answer when create_unsupported says no (0: 400) */
+  bool pull;       /* the image must be pulled first */
   double cpus;
   uint64_t memory;
   sbx_strv_t envv; /* "KEY=VALUE" */
@@ -300,9 +332,17 @@ static const char *create_schema(json_t *body, struct create *c)
 static const char *create_unsupported(struct create *c, char **msg)
 {
   const char *code = NULL;
+  if (c->snap && c->ext && json_object_get(c->ext, "poolRef")) {
+    *msg = xstrdup("snapshotId cannot be used together with poolRef.");
+    return INVALID_PARAMETER;
+  }
   if (c->snap) {
-    *msg = xstrdup("Snapshots are not supported by sbxd.");
-    return NOT_SUPPORTED;
+    /* the snapshot's image, with the server's default entrypoint when none is given */
+    if (snapshots_restore_image(json_string_value(c->snap), &c->snap_image, &c->status, &code,
+                                msg) < 0)
+      return code;
+    if (c->entry == NULL)
+      c->entry = c->default_entry = json_pack("[s,s,s]", "tail", "-f", "/dev/null");
   }
   if (c->ext && json_object_get(c->ext, "poolRef")) {
     *msg = xstrdup("poolRef is not supported by sbxd (a single-host runtime).");
@@ -315,9 +355,12 @@ static const char *create_unsupported(struct create *c, char **msg)
   }
   if (c->md && (code = metadata_error(c->md, msg)) != NULL)
     return code;
-  c->uri = json_string_value(json_object_get(c->image, "uri"));
+  c->uri = c->snap_image ? c->snap_image : json_string_value(json_object_get(c->image, "uri"));
   cleanup_free char *pull_why = NULL;
-  if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &pull_why)) == NULL) {
+  if (c->snap_image)
+    c->target = c->snap_image;
+  else if ((c->target = resolve_image(c->uri, json_object_get(c->image, "auth"), &c->pull,
+                                      &pull_why)) == NULL) {
     sbx_buf_t known = {0};
     sbx__buf_puts(&known, "host");
     for (size_t i = 0; i < srv.cfg->n_images; i++)
@@ -431,6 +474,8 @@ static json_t *create_extra(const struct create *c, const struct volumes *vs)
   if (c->timeout)
     json_object_set_new(extra, "expiresAt", json_integer(now + c->tmo * 1000));
   json_object_set_new(extra, "image", json_string(c->uri));
+  if (c->snap)
+    json_object_set(extra, "snapshotId", c->snap);
   json_object_set(extra, "entrypoint", c->entry);
   if (c->md)
     json_object_set(extra, "metadata", c->md);
@@ -444,8 +489,17 @@ static json_t *create_extra(const struct create *c, const struct volumes *vs)
 
 /* Makes the sandbox (sbx_create), checks its volumes and registers its box; answers and
  * returns NULL on failure. Takes extra. */
-static struct box *create_sandbox(struct req *r, const struct create *c, struct volumes *vs,
-                                  json_t *extra, enum MHD_Result *ret)
+/* Why a create failed, for an answer now or a Pending record's Failed later. */
+struct create_fail {
+  unsigned status;
+  const char *code;
+  char *msg;
+};
+
+/* Makes the sandbox (sbx_create; with id, when the answer already named it), checks its volumes
+ * and registers its box; NULL with *f on failure. Takes extra. */
+static struct box *create_sandbox(const struct create *c, struct volumes *vs, json_t *extra,
+                                  const char *id, struct create_fail *f)
 {
   cleanup_free char *extra_s = json_dumps(extra, JSON_COMPACT | JSON_PRESERVE_ORDER);
   struct sbx_create_opts o = {.image = c->target,
@@ -456,7 +510,8 @@ static struct box *create_sandbox(struct req *r, const struct create *c, struct 
                               .mounts = vs->m,
                               .n_mounts = vs->n,
                               .extra = extra_s,
-                              .network_policy = c->netpol_s};
+                              .network_policy = c->netpol_s,
+                              .id = id};
   sbx_error_t err = NULL;
   sbx_sandbox_t *sb = sbx_create(srv.p, &o, &err);
   if (sb && srv.cfg->spares > 0)
@@ -466,23 +521,22 @@ static struct box *create_sandbox(struct req *r, const struct create *c, struct 
     struct box *b = box_add(sb, BOX_MANAGED, extra);
     box_remove(b, "volume_changed", NULL);
     box_put(b);
-    *ret = sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH", "%s", why);
+    *f = (struct create_fail){400, "VOLUME::INVALID_HOST_PATH", xstrdup(why)};
     return NULL;
   }
   if (sb == NULL) {
     json_decref(extra);
     int kind = err->kind;
+    bool bad = kind == SBX_E_INVALID || kind == SBX_E_CONFIG;
     if (vs->n && err->status == ELOOP)
       /* the launcher follows no symlink to a volume: one appeared on a path sbxd had walked */
-      *ret =
-          sbxd_error(r, 400, "VOLUME::INVALID_HOST_PATH",
-                     "the host directory of a volume changed while it was mounted: %s", err->msg);
+      *f = (struct create_fail){
+          400, "VOLUME::INVALID_HOST_PATH",
+          xasprintf("the host directory of a volume changed while it was mounted: %s", err->msg)};
     else
-      *ret =
-          sbxd_error(r, kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? 400 : 500,
-                     kind == SBX_E_INVALID || kind == SBX_E_CONFIG ? INVALID_PARAMETER
-                                                                   : "DOCKER::SANDBOX_START_FAILED",
-                     "%s", err->msg);
+      *f = (struct create_fail){bad ? 400 : 500,
+                                bad ? INVALID_PARAMETER : "DOCKER::SANDBOX_START_FAILED",
+                                xstrdup(err->msg)};
     sbx_error_release(&err);
     return NULL;
   }
@@ -490,8 +544,8 @@ static struct box *create_sandbox(struct req *r, const struct create *c, struct 
 }
 
 /* Starts the entrypoint in the background, like a container's main process, and records its
- * id; answers and removes the box on failure. */
-static int create_entrypoint(struct req *r, struct box *b, json_t *entry, enum MHD_Result *ret)
+ * id; removes the box, with *f, on failure. */
+static int create_entrypoint(struct box *b, json_t *entry, struct create_fail *f)
 {
   size_t n_ep = json_array_size(entry);
   cleanup_free const char **argv = xzalloc((n_ep + 1) * sizeof *argv);
@@ -504,7 +558,8 @@ static int create_entrypoint(struct req *r, struct box *b, json_t *entry, enum M
   int rc = sbx_execute_command(b->sb, NULL, &eo, &res, &err);
   sbx_exec_result_free(&res);
   if (rc < 0) {
-    *ret = sbxd_error(r, 500, "DOCKER::SANDBOX_START_FAILED", "start the entrypoint: %s", err->msg);
+    *f = (struct create_fail){500, "DOCKER::SANDBOX_START_FAILED",
+                              xasprintf("start the entrypoint: %s", err->msg)};
     sbx_error_release(&err);
     box_remove(b, "entrypoint_failed", NULL);
     return -1;
@@ -519,6 +574,112 @@ static int create_entrypoint(struct req *r, struct box *b, json_t *entry, enum M
   return 0;
 }
 
+/* ---- a create that pulls: answered Pending at once, made by a thread (pending.c) ---- */
+
+struct pull_job {
+  char id[17];
+  json_t *body; /* c's members point into it */
+  struct create c;
+  struct volumes vs;
+  json_t *extra;
+};
+
+static void *pull_main(void *arg)
+{
+  struct pull_job *jb = arg;
+  struct create *c = &jb->c;
+  json_t *auth = json_object_get(c->image, "auth");
+  struct sbx_pull_opts po = {0};
+  sbx__pull_opts_from_config(srv.cfg, &po);
+  po.username = json_string_value(json_object_get(auth, "username"));
+  po.password = json_string_value(json_object_get(auth, "password"));
+  sbx_error_t err = NULL;
+  struct create_fail f = {0};
+  struct box *b = NULL;
+  if (sbx__image_ensure(sbx_provider_home(srv.p), c->uri, &po, &err) < 0) {
+    f = (struct create_fail){0, "SANDBOX::IMAGE_PULL_FAILED", xstrdup(err->msg)};
+    sbx_error_release(&err);
+    json_decref(jb->extra);
+  } else {
+    pending_set(jb->id, "Pending", "CONTAINER_STARTING", "Sandbox container is starting.");
+    b = create_sandbox(c, &jb->vs, jb->extra, jb->id, &f);
+    if (b && create_entrypoint(b, c->entry, &f) < 0) {
+      box_put(b);
+      b = NULL;
+    }
+  }
+  /* the box answers for it from now on, unless it was deleted meanwhile */
+  bool deleted = pending_done(jb->id, b == NULL, f.msg);
+  if (b && deleted)
+    box_remove(b, "user_delete", NULL);
+  if (b) {
+    sbxd_expiry_kick();
+    sbxd_log_json(
+        SBXD_INFO, "sandbox created",
+        json_pack("{s:s,s:s,s:b}", "sandbox_id", jb->id, "image", c->uri, "pulled", true));
+    box_put(b);
+  } else {
+    sbxd_log_json(SBXD_WARN, "sandbox create failed",
+                  json_pack("{s:s,s:s,s:s}", "sandbox_id", jb->id, "image", c->uri, "error",
+                            f.msg ? f.msg : ""));
+  }
+  free(f.msg);
+  volumes_free(&jb->vs);
+  sbx__strv_free(&c->envv);
+  free(c->snap_image);
+  free(c->netpol_s);
+  json_decref(c->default_entry);
+  json_decref(jb->body);
+  free(jb);
+  sbxd_worker_done();
+  return NULL;
+}
+
+/* Answers 202 Pending with a new id and pulls in a thread; takes vs, c's env and extra. */
+static enum MHD_Result create_pending(struct req *r, json_t *body, struct create *c,
+                                      struct volumes *vs, json_t *extra)
+{
+  struct pull_job *jb = xzalloc(sizeof *jb);
+  sbx__random_hex(jb->id, 16);
+  jb->body = json_incref(body);
+  jb->c = *c;
+  jb->vs = *vs;
+  jb->extra = extra;
+  /* the job owns these now */
+  memset(&c->envv, 0, sizeof c->envv);
+  c->snap_image = NULL;
+  c->default_entry = NULL;
+  c->netpol_s = NULL;
+  cleanup_free char *msg = xasprintf("Pulling image %s.", c->uri);
+  pending_add(jb->id, extra, "IMAGE_PULLING", msg);
+  struct pending_info pi;
+  pending_get(jb->id, &pi);
+  json_t *answer = pending_sandbox_json(&pi, true);
+  sbxd_worker_start();
+  if (sbxd_spawn(pull_main, jb) < 0) {
+    sbxd_worker_done();
+    pending_done(jb->id, true, "could not start the pull");
+    volumes_free(&jb->vs);
+    sbx__strv_free(&jb->c.envv);
+    free(jb->c.netpol_s);
+    json_decref(jb->extra);
+    json_decref(jb->body);
+    free(jb);
+  }
+  sbxd_log_json(
+      SBXD_INFO, "sandbox pending",
+      json_pack("{s:s,s:s,s:s}", "request_id", r->rid, "sandbox_id", pi.id, "image", c->uri));
+  pending_info_free(&pi);
+  return sbxd_json(r, 202, answer);
+}
+
+static void create_free(struct create *c)
+{
+  free(c->snap_image);
+  free(c->netpol_s);
+  json_decref(c->default_entry);
+}
+
 /* POST /sandboxes: the schema (422), what sbxd cannot give (400), the volumes, then the
  * sandbox and its entrypoint. */
 enum MHD_Result h_sandbox_create(struct req *r)
@@ -527,7 +688,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
   json_auto_t *body = sbxd_body_json(r, SBXD_JSON_LIFECYCLE, SBXD_WANT_ANY, &ret);
   if (body == NULL)
     return ret;
-  struct create c = {0};
+  __attribute__((cleanup(create_free))) struct create c = {0};
   create_members(&c, body);
   const char *bad = create_schema(body, &c);
   if (bad)
@@ -538,8 +699,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
     code = create_limits_env(&c, &msg);
   if (code) {
     sbx__strv_free(&c.envv);
-    free(c.netpol_s);
-    return sbxd_error(r, 400, code, "%s", msg);
+    return sbxd_error(r, c.status ? c.status : 400, code, "%s", msg);
   }
   struct volumes vs;
   struct volume_error ve = {0};
@@ -548,17 +708,21 @@ enum MHD_Result h_sandbox_create(struct req *r)
     free(ve.msg);
     volumes_free(&vs);
     sbx__strv_free(&c.envv);
-    free(c.netpol_s);
     return ret;
   }
-  struct box *b = create_sandbox(r, &c, &vs, create_extra(&c, &vs), &ret);
+  if (c.pull)
+    return create_pending(r, body, &c, &vs, create_extra(&c, &vs));
+  struct create_fail f = {0};
+  struct box *b = create_sandbox(&c, &vs, create_extra(&c, &vs), NULL, &f);
   volumes_free(&vs);
   sbx__strv_free(&c.envv);
-  free(c.netpol_s);
-  if (b == NULL)
-    return ret;
-  if (create_entrypoint(r, b, c.entry, &ret) < 0) {
+  if (b && create_entrypoint(b, c.entry, &f) < 0) {
     box_put(b);
+    b = NULL;
+  }
+  if (b == NULL) {
+    ret = sbxd_error(r, f.status, f.code, "%s", f.msg);
+    free(f.msg);
     return ret;
   }
   sbxd_expiry_kick();
@@ -576,6 +740,12 @@ enum MHD_Result h_sandbox_get(struct req *r)
 {
   const char *id = sbxd_param(r, "id");
   struct box *b = box_get_kind(id, BOX_MANAGED);
+  struct pending_info pi;
+  if (b == NULL && pending_get(id, &pi)) {
+    enum MHD_Result ret = sbxd_json(r, 200, pending_sandbox_json(&pi, false));
+    pending_info_free(&pi);
+    return ret;
+  }
   if (b == NULL)
     return not_found(r, id);
   struct live l;
@@ -646,6 +816,23 @@ enum MHD_Result h_sandbox_list(struct req *r)
     if (total > (page - 1) * size && total <= page * size)
       json_array_append_new(items, sandbox_json(b, state, false));
   }
+  /* creates still pulling (or failed), after the sandboxes */
+  struct pending_info *pv;
+  size_t np = pending_list(&pv);
+  for (size_t i = 0; i < np; i++) {
+    bool ok = n_states == 0;
+    for (size_t k = 0; k < n_states && !ok; k++)
+      ok = strcasecmp(states[k], pv[i].state) == 0;
+    json_t *md = json_object_get(pv[i].extra, "metadata");
+    for (size_t k = 0; k < mk.n && ok; k++) {
+      const char *have = json_string_value(json_object_get(md, mk.v[k]));
+      ok = have && strcmp(have, mv.v[k]) == 0;
+    }
+    if (ok && ++total > (page - 1) * size && total <= page * size)
+      json_array_append_new(items, pending_sandbox_json(&pv[i], false));
+    pending_info_free(&pv[i]);
+  }
+  free(pv);
   sbx_sandbox_info_free(l.infos, l.n);
   box_list_free(boxes, n);
   sbx__strv_free(&mk);
@@ -661,6 +848,8 @@ enum MHD_Result h_sandbox_delete(struct req *r)
 {
   const char *id = sbxd_param(r, "id");
   struct box *b = box_get_kind(id, BOX_MANAGED);
+  if (b == NULL && pending_delete(id))
+    return sbxd_empty(r, 204); /* a create still pulling: its thread removes what it makes */
   if (b == NULL)
     return not_found(r, id);
   sbx_error_t err = NULL;
@@ -876,8 +1065,17 @@ enum MHD_Result h_sandbox_endpoint(struct req *r)
                       "use_server_proxy cannot be combined with expires; signed endpoints "
                       "require the gateway route.");
   struct box *b = box_get_kind(id, BOX_MANAGED);
-  if (b == NULL)
+  /* a create still pulling: its token is decided already (its execd answers once it runs) */
+  struct pending_info pi;
+  cleanup_free char *token = NULL;
+  if (b == NULL && pending_get(id, &pi)) {
+    token = xstrdup(json_string_value(json_object_get(pi.extra, "token")) ?: "");
+    pending_info_free(&pi);
+  } else if (b == NULL) {
     return not_found(r, id);
+  } else {
+    token = xstrdup(b->token);
+  }
   enum MHD_Result ret;
   if (port < 1 || port > 65535) {
     ret = sbxd_error(r, 400, "DOCKER::INVALID_PORT", "Port must be between 1 and 65535.");
@@ -890,12 +1088,13 @@ enum MHD_Result h_sandbox_endpoint(struct req *r)
     cleanup_free char *ep =
         proxy ? xasprintf("%s/sandboxes/%s/proxy/%lld", host, id, (long long) port)
               : xasprintf("%s/direct/%s/%lld", host, id, (long long) port);
-    json_t *headers = json_pack("{s:s}", SBXD_TOKEN_HEADER, b->token);
+    json_t *headers = json_pack("{s:s}", SBXD_TOKEN_HEADER, token);
     if (port == SBXD_EGRESS_PORT) /* the egress API (egress.c) takes the sidecar's header too */
-      json_object_set_new(headers, SBXD_EGRESS_AUTH_HEADER, json_string(b->token));
+      json_object_set_new(headers, SBXD_EGRESS_AUTH_HEADER, json_string(token));
     ret = sbxd_json(r, 200, json_pack("{s:s,s:o}", "endpoint", ep, "headers", headers));
   }
-  box_put(b);
+  if (b)
+    box_put(b);
   return ret;
 }
 
@@ -904,9 +1103,4 @@ enum MHD_Result h_sandbox_endpoint(struct req *r)
 enum MHD_Result h_metrics_events(struct req *r)
 {
   return sbxd_empty(r, 204);
-}
-
-enum MHD_Result h_snapshots(struct req *r)
-{
-  return sbxd_error(r, 400, NOT_SUPPORTED, "Snapshots are not supported by sbxd.");
 }

@@ -13,7 +13,6 @@ enum MHD_Result h_sandbox_pause(struct req *r);
 enum MHD_Result h_sandbox_resume(struct req *r);
 enum MHD_Result h_sandbox_renew(struct req *r);
 enum MHD_Result h_sandbox_endpoint(struct req *r);
-enum MHD_Result h_snapshots(struct req *r);
 enum MHD_Result h_metrics_events(struct req *r);
 
 #endif

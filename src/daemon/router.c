@@ -30,6 +30,7 @@
 #include "pty.h"
 #include "registry.h"
 #include "sessions.h"
+#include "snapshots.h"
 #include "upload.h"
 
 #include <string.h>
@@ -91,10 +92,12 @@ static const struct route routes[] = {
     {API, "POST", "/sandboxes/{id}/pause", h_sandbox_pause, LC, 0},
     {API, "POST", "/sandboxes/{id}/resume", h_sandbox_resume, LC, 0},
     {API, "POST", "/sandboxes/{id}/renew-expiration", h_sandbox_renew, LC, 0},
-    {API, NULL, "/sandboxes/{id}/snapshots", h_snapshots, LC, 0},
+    {API, "POST", "/sandboxes/{id}/snapshots", h_snapshot_create, LC, 0},
     {API, "GET", "/sandboxes/{id}/endpoints/{port}", h_sandbox_endpoint, LC, 0},
-    {API, NULL, "/snapshots", h_snapshots, LC, 0},
-    {API, NULL, "/snapshots/*", h_snapshots, LC, 0},
+    /* snapshots (snapshots.c) */
+    {API, "GET", "/snapshots", h_snapshot_list, LC, 0},
+    {API, "GET", "/snapshots/{sid}", h_snapshot_get, LC, 0},
+    {API, "DELETE", "/snapshots/{sid}", h_snapshot_delete, LC, 0},
     /* DeerFlow's contract as JSON (contract.c) */
     {API, "POST", "/contract/acquire", h_contract_acquire, CT, 0},
     {API, "POST", "/contract/release", h_contract_release, CT, 0},

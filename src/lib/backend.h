@@ -89,6 +89,10 @@ struct sbx_backend_ops {
   sbx_session_t *(*session_start)(struct sbx_instance *in, const char *command,
                                   const struct sbx_exec_opts *o, const struct sbx_session_opts *so,
                                   sbx_error_t *err);
+  /* sbx_commit: the sandbox's writable upper (malloc'ed path) and the host id range its owners
+   * are in; SBX_E_UNSUPPORTED when it has none (a `host` image) */
+  int (*upper)(struct sbx_instance *in, char **dir, uint32_t *uid_base, uint32_t *uid_count,
+               sbx_error_t *err);
 };
 
 /* One sandbox as the library sees it. */

@@ -474,10 +474,20 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
   if (o && o->n_env && sbx__env_check(o->env, o->n_env, err) < 0)
     return NULL;
   char id[SBX_ID_LEN + 1];
-  sbx__random_hex(id, SBX_ID_LEN);
+  if (o && o->id && !sbx__id_valid(o->id))
+    return sbx__make_error(err, 0, SBX_E_INVALID, "invalid sandbox id `%s`", o->id), NULL;
+  if (o && o->id)
+    snprintf(id, sizeof id, "%s", o->id);
+  else
+    sbx__random_hex(id, SBX_ID_LEN);
   int lock = sbx__lock_take(p->pool.home, id, true, false, err);
   if (lock < 0)
     return NULL;
+  cleanup_free char *dir = sbx__state_dir(p->pool.home, id);
+  if (o && o->id && access(dir, F_OK) == 0) {
+    close(lock);
+    return sbx__make_error(err, 0, SBX_E_EXISTS, "sandbox %s exists already", id), NULL;
+  }
   struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
   close(lock);
   if (sb)

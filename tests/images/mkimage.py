@@ -18,7 +18,8 @@ import tarfile
 BUSYBOX = "/bin/busybox"
 APPLETS = ["sh", "ls", "cat", "echo", "id", "stat", "touch", "rm", "mkdir", "true", "false",
            "env", "pwd", "sleep", "readlink", "head", "grep", "wc", "test", "printf", "ln",
-           "chmod", "find", "uname", "hostname", "sed", "tar", "cp", "mv", "dd", "df", "du"]
+           "chmod", "find", "uname", "hostname", "sed", "tar", "cp", "mv", "dd", "df", "du",
+           "tail", "seq", "mkfifo"]
 
 
 def _info(name, kind=tarfile.REGTYPE, mode=0o644, uid=0, gid=0, size=0, **kw):

@@ -25,7 +25,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import SOURCE
+from conftest import SBX, SOURCE
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "images"))
 import mkimage  # noqa: E402
@@ -336,6 +336,18 @@ def test_manifest_list_and_platform(sbx, registry, tmp_path):
     assert images(sbx)[ref]["digest"] != amd
     p = sbx.run("pull", "--platform", "linux/s390x", ref, check=1)
     assert b"s390x" in p.stderr
+
+
+def test_platform_of_a_single_manifest_image(sbx, registry, tmp_path):
+    # no index to pick from: --platform is checked against the image's config, not ignored
+    reg = registry()
+    reg.push(layout(tmp_path, "bb", [mkimage.busybox_layer()]), "test/single:1")
+    ref = reg.host + "/test/single:1"
+    p = sbx.run("pull", "--platform", "linux/arm64", ref, check=1)
+    assert b"is for linux/amd64, not the platform asked for (linux/arm64)" in p.stderr, p.stderr
+    assert images(sbx) == {}
+    sbx.ok("pull", "-q", "--platform", "linux/amd64", ref)
+    assert ref in images(sbx)
 
 
 def test_corrupted_blob_stores_nothing(sbx, registry, tmp_path):
@@ -668,6 +680,43 @@ def test_implicit_pull_on_first_use(sbx, registry, tmp_path, monkeypatch):
 from test_sbxd_http import sbxd  # noqa: E402,F401  (the fixture)
 
 
+def wait_state(s, sid, while_in, timeout=60):
+    """GET /sandboxes/{sid} until its state is no longer while_in."""
+    deadline = time.time() + timeout
+    while True:
+        r = s.req("GET", "/v1/sandboxes/%s" % sid)
+        assert r.status == 200, r.body
+        if r.json()["status"]["state"] != while_in or time.time() > deadline:
+            return r.json()
+        time.sleep(0.05)
+
+
+def test_sbxd_pending_while_pulling_then_deleted(sbxd, registry, tmp_path, monkeypatch):
+    # a DELETE while the create pulls: the sandbox it then makes is removed, nothing is left
+    monkeypatch.delenv("SBX_PULL", raising=False)
+    reg = registry()
+    reg.push(layout(tmp_path, "bb", [mkimage.busybox_layer(),
+                                     mkimage.layer([("big", os.urandom(30 << 20))])]), "t/big:1")
+    s = sbxd(home=tmp_path / "home")
+    body = {"image": {"uri": reg.host + "/t/big:1"}, "entrypoint": ["sleep", "1000"],
+            "resourceLimits": {"cpu": "1", "memory": "1Gi"}, "timeout": 600}
+    r = s.req("POST", "/v1/sandboxes", body)
+    assert r.status == 202 and r.json()["status"]["state"] == "Pending", r.body
+    sid = r.json()["id"]
+    assert s.req("DELETE", "/v1/sandboxes/%s" % sid).status == 204
+    assert s.req("GET", "/v1/sandboxes/%s" % sid).status == 404
+    deadline = time.time() + 60
+    while not any("sandbox created" in json.dumps(l) or "sandbox create failed" in json.dumps(l)
+                  for l in s.logs):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert s.req("GET", "/v1/sandboxes").json()["items"] == []
+    ps = subprocess.run([SBX, "--home", str(tmp_path / "home"), "ps", "--json"],
+                        capture_output=True, timeout=60)
+    assert json.loads(ps.stdout)["sandboxes"] == [], ps.stdout
+
+
 def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypatch):
     monkeypatch.delenv("SBX_PULL", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.docker/config.json of the host
@@ -680,10 +729,21 @@ def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypa
     s = sbxd(home=tmp_path / "home")
     body = {"image": {"uri": ref}, "entrypoint": ["sleep", "1000"],
             "resourceLimits": {"cpu": "1", "memory": "1Gi"}, "timeout": 600}
+    # a create that pulls answers at once, Pending with a reason; the pull's failure shows later
     r = s.req("POST", "/v1/sandboxes", body)
-    assert r.status == 400 and "asks for a user name and password" in r.error()[1], r.error()
+    assert r.status == 202, r.body
+    failed = r.json()
+    assert failed["status"]["state"] == "Pending" and failed["status"]["reason"] == "IMAGE_PULLING"
+    got = wait_state(s, failed["id"], "Pending")
+    assert got["status"]["state"] == "Failed" and got["status"]["reason"] == "PROVISIONING_ERROR"
+    assert "asks for a user name and password" in got["status"]["message"], got
+    assert got["image"] == {"uri": ref}
+    assert failed["id"] in [i["id"] for i in s.req("GET", "/v1/sandboxes").json()["items"]]
+    assert s.req("DELETE", "/v1/sandboxes/%s" % failed["id"]).status == 204
+    assert s.req("GET", "/v1/sandboxes/%s" % failed["id"]).status == 404
     body["image"]["auth"] = {"username": "alice", "password": "s3cret"}
-    sb = s.create(**body)
+    sb = s.create(**body)  # its endpoint is known while it is Pending
+    assert wait_state(s, sb.id, "Pending")["status"]["state"] == "Running"
     out, last = sb.run("cat /hello")
     assert [l.strip() for l in out] == ["from sbxd"], (out, last)
     assert s.req("DELETE", "/v1/sandboxes/%s" % sb.id).status == 204

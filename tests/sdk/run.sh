@@ -6,4 +6,4 @@ cd "$(dirname "$0")"
 if [ ! -d node_modules/@alibaba-group/opensandbox ] || [ ! -d node_modules/ws ]; then
   npm ci --silent --no-audit --no-fund
 fi
-exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs egress.test.mjs
+exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs egress.test.mjs snapshots.test.mjs

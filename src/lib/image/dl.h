@@ -34,7 +34,28 @@
   X(archive_entry_atime_nsec)                                                                      \
   X(archive_entry_atime_is_set)                                                                    \
   X(archive_entry_xattr_reset)                                                                     \
-  X(archive_entry_xattr_next)
+  X(archive_entry_xattr_next)                                                                      \
+  X(archive_write_new)                                                                             \
+  X(archive_write_free)                                                                            \
+  X(archive_write_set_format_pax_restricted)                                                       \
+  X(archive_write_set_bytes_in_last_block)                                                         \
+  X(archive_write_open)                                                                            \
+  X(archive_write_header)                                                                          \
+  X(archive_write_data)                                                                            \
+  X(archive_write_close)                                                                           \
+  X(archive_entry_new)                                                                             \
+  X(archive_entry_free)                                                                            \
+  X(archive_entry_clear)                                                                           \
+  X(archive_entry_set_pathname)                                                                    \
+  X(archive_entry_set_filetype)                                                                    \
+  X(archive_entry_set_perm)                                                                        \
+  X(archive_entry_set_uid)                                                                         \
+  X(archive_entry_set_gid)                                                                         \
+  X(archive_entry_set_size)                                                                        \
+  X(archive_entry_set_mtime)                                                                       \
+  X(archive_entry_set_symlink)                                                                     \
+  X(archive_entry_set_hardlink)                                                                    \
+  X(archive_entry_xattr_add_entry)
 
 struct sbx_archive_api {
 #define SBX_AR_FIELD(f) __typeof__(f) *f;

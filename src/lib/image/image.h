@@ -160,9 +160,34 @@ struct sbx_image_import_opts {
   const char *name;     /* store under this name (one image only); NULL: the archive's names */
   const char *platform; /* "os/arch[/variant]" for an index; NULL: this host's */
   struct sbx_layer_limits limits;
+  /* the layout's blobs were checked against their digests by the caller, which wrote them (a
+   * pull while it streamed them, a commit): linked into the store, not hashed again */
+  bool verified;
 };
 /* Imports every image of the archive or layout at path. names receives what was stored. */
 int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
                       sbx_strv_t *names, sbx_error_t *err);
+
+/* ---- commit.c: a sandbox's upper as a new image on top of its own ---- */
+struct sbx_commit_work {
+  char *dir; /* images/tmp/commit-*: an OCI layout being built */
+  char layer_hex[SBX_DIGEST_HEX + 1];
+  uint64_t layer_size;
+  struct sbx_layer_limits lim; /* the import's, as the layer was written with */
+};
+int sbx__commit_begin(const char *home, struct sbx_commit_work *cw, sbx_error_t *err);
+/* Writes the upper as the layout's new layer (the part that needs the sandbox frozen): whiteouts
+ * (0/0 character devices, overlay's opaque xattr) become `.wh.` entries, host ids of the range
+ * [uid_base, uid_base + uid_count) the image's 0-based ones. lim (NULL: the defaults): the
+ * import's bounds, applied while it is written. */
+int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
+                      uint32_t uid_count, const struct sbx_layer_limits *lim, sbx_error_t *err);
+/* The new image: parent's manifest and config (parent must still have parent_layers, the
+ * sandbox's image-layers, top first) plus the layer, imported under name. */
+int sbx__commit_finish(const char *home, struct sbx_commit_work *cw, const char *parent,
+                       const sbx_strv_t *parent_layers, const char *name, const char *created_by,
+                       char **digest_out, sbx_error_t *err);
+/* Removes the work folder. */
+void sbx__commit_end(struct sbx_commit_work *cw);
 
 #endif

@@ -73,6 +73,18 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
                       char hex_out[SBX_DIGEST_HEX + 1], sbx_error_t *err)
 {
   const char *what = digest ? digest : rel;
+  /* one the store has was verified when it was stored: linked, not copied and hashed again
+   * (a commit's parent layers, a re-import, the layers a pull found in the store) */
+  if (digest && sbx__digest_valid(digest)) {
+    cleanup_free char *have = xasprintf("%s/blobs/sha256/%s", im->store, digest + 7);
+    cleanup_free char *dst = xasprintf("blobs/%s", digest + 7);
+    struct stat hs;
+    if (stat(have, &hs) == 0 && S_ISREG(hs.st_mode) && (size < 0 || hs.st_size == size) &&
+        (linkat(AT_FDCWD, have, im->workfd, dst, 0) == 0 || errno == EEXIST)) {
+      memcpy(hex_out, digest + 7, SBX_DIGEST_HEX + 1);
+      return 0;
+    }
+  }
   cleanup_close int in = src_open(im, rel);
   if (in < 0)
     return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_INVALID,
@@ -85,6 +97,16 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
     return sbx__make_error(err, 0, SBX_E_INVALID,
                            "blob %s: %lld bytes, its descriptor says %lld (truncated?)", what,
                            (long long) st.st_size, (long long) size);
+  if (digest && sbx__digest_valid(digest) && im->o && im->o->verified) {
+    /* the caller hashed it as it wrote it (a pull while it streamed, a commit): linked */
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", in);
+    cleanup_free char *dst = xasprintf("blobs/%s", digest + 7);
+    if (linkat(AT_FDCWD, p, im->workfd, dst, AT_SYMLINK_FOLLOW) == 0 || errno == EEXIST) {
+      memcpy(hex_out, digest + 7, SBX_DIGEST_HEX + 1);
+      return 0;
+    }
+  }
   cleanup_close int out = -1;
   char tmpname[32] = "blobs/.partial-XXXXXXXX";
   if (!im->src_ours) {
@@ -216,6 +238,30 @@ static int commit(struct imp *im, json_t *entry, sbx_strv_t *names, sbx_error_t 
   return 0;
 }
 
+/* --platform is a requirement, not only a choice among an index's entries: a single image
+ * (no index to pick from) for another platform is refused, by what its config says. */
+static int platform_check(struct imp *im, const char *config_hex,
+                          const struct sbx_image_config *cfg, sbx_error_t *err)
+{
+  if (im->o == NULL || im->o->platform == NULL || (cfg->os == NULL && cfg->arch == NULL))
+    return 0;
+  cleanup_free char *want = xstrdup(im->o->platform);
+  char *arch = strchr(want, '/');
+  if (arch == NULL)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "platform `%s`: expected OS/ARCH[/VARIANT]",
+                           im->o->platform);
+  *arch++ = '\0';
+  char *variant = strchr(arch, '/');
+  if (variant)
+    *variant = '\0';
+  if ((cfg->os && strcmp(cfg->os, want) != 0) || (cfg->arch && strcmp(cfg->arch, arch) != 0))
+    return sbx__make_error(err, 0, SBX_E_INVALID,
+                           "image config sha256:%s is for %s/%s, not the platform asked for (%s)",
+                           config_hex, cfg->os ? cfg->os : "?", cfg->arch ? cfg->arch : "?",
+                           im->o->platform);
+  return 0;
+}
+
 /* The part common to both formats, once the config (staged) and the layers are known. */
 static int finish(struct imp *im, const char *manifest_hex, const char *config_hex,
                   const char *config_json, size_t config_len, const sbx_strv_t *layer_hex,
@@ -224,8 +270,8 @@ static int finish(struct imp *im, const char *manifest_hex, const char *config_h
   struct sbx_image_config cfg;
   if (sbx__image_config_parse(config_json, config_len, &cfg, err) < 0)
     return -1;
-  int r = 0;
-  if (cfg.diff_ids.n != layer_hex->n)
+  int r = platform_check(im, config_hex, &cfg, err);
+  if (r == 0 && cfg.diff_ids.n != layer_hex->n)
     r = sbx__make_error(err, 0, SBX_E_INVALID,
                         "image config sha256:%s: %zu diff_ids for %zu layers", config_hex,
                         cfg.diff_ids.n, layer_hex->n);

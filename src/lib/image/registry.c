@@ -1057,9 +1057,11 @@ int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_
   cleanup_free char *sname = sbx__ref_store_name(&ref);
   if (r == 0) {
     progress(&p, SBX_PULL_IMPORT, NULL, 0, 0);
-    struct sbx_image_import_opts io = {.name = sname};
-    if (o)
+    struct sbx_image_import_opts io = {.name = sname, .verified = true};
+    if (o) {
       io.limits = o->limits;
+      io.platform = o->platform; /* a single-manifest image is checked against it there */
+    }
     sbx_strv_t names = {0};
     r = sbx__image_import(home, p.work, &io, &names, err);
     if (r < 0)
@@ -1104,6 +1106,23 @@ static void log_progress(void *ctx, const struct sbx_pull_event *ev)
   default:
     break;
   }
+}
+
+bool sbx__image_pull_needed(const char *home, const char *name)
+{
+  if (name == NULL || strcmp(name, "host") == 0)
+    return false;
+  struct sbx_image_rootfs rf;
+  if (sbx__image_resolve(home, name, &rf, NULL) == 0) {
+    sbx__image_rootfs_free(&rf);
+    return false;
+  }
+  struct sbx_ref ref;
+  if (sbx__ref_parse(name, &ref, NULL) < 0)
+    return false;
+  sbx__ref_free(&ref);
+  const char *pol = getenv("SBX_PULL");
+  return pol == NULL || strcmp(pol, "never") != 0;
 }
 
 int sbx__image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,

@@ -57,6 +57,8 @@ void sbx__pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_op
 /* Pulls ref (Docker's grammar) into the store under its normalised name, which *name gets. */
 int sbx__image_pull(const char *home, const char *ref, const struct sbx_pull_opts *o, char **name,
                     sbx_error_t *err);
+/* Whether sbx__image_ensure would pull name: not in the store, a reference, SBX_PULL allows. */
+bool sbx__image_pull_needed(const char *home, const char *name);
 /* What a sandbox start calls: 0 if name is `host` or in the store; otherwise, if it is a
  * reference, pulls it (SBX_E_NOT_FOUND from the store when it is not one). */
 int sbx__image_ensure(const char *home, const char *name, const struct sbx_pull_opts *o,

@@ -417,6 +417,27 @@ static int linux_pause(struct sbx_instance *in, bool paused, sbx_error_t *err)
   return r;
 }
 
+static int linux_upper(struct sbx_instance *in, char **dir, uint32_t *uid_base, uint32_t *uid_count,
+                       sbx_error_t *err)
+{
+  const char *image = in->meta.image ? in->meta.image : in->cfg->image ? in->cfg->image : "host";
+  if (strcmp(image, "host") == 0)
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                           "sandbox %s runs the `host` image (the host's /usr, read-only): it has "
+                           "no writable root to commit; create it from an image (--image NAME)",
+                           in->meta.id);
+  cleanup_free char *img = xasprintf("%s/" SBX_DISK_IMAGE_FILE, in->dir);
+  if (access(img, F_OK) == 0)
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                           "sandbox %s keeps its upper on a capped disk (sandbox.disk_mib), "
+                           "mounted only inside it: commit does not read that yet",
+                           in->meta.id);
+  *dir = xasprintf("%s/upper", in->dir);
+  *uid_base = in->meta.uid_base ? in->meta.uid_base : SBX_UID_BASE;
+  *uid_count = SBX_UID_COUNT;
+  return 0;
+}
+
 const struct sbx_backend_ops sbx__backend_linux = {
     .name = "linux",
     .data_owner = SBX_UID_BASE,
@@ -428,6 +449,7 @@ const struct sbx_backend_ops sbx__backend_linux = {
     .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
+    .upper = linux_upper,
     .adopt = linux_adopt,
     .exec = sbx__agent_exec,
     .signal = sbx__agent_signal,
