@@ -38,6 +38,9 @@ struct sbx_idmap_helper {
   void *stack;
 };
 int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
+/* The same with inside.. mapped to base.. (0: an image's layers, whose owners are 0-based). */
+int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
+                        sbx_error_t *err);
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
 /* Idmaps a detached mount (recursively) with that namespace. */
 int sbx__tree_idmap(int tree, int userns);
@@ -80,6 +83,7 @@ struct sbx_launch_spec {
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
   int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
+  int layers_fd;     /* an image's: user namespace mapping 0.. onto the range, or -1 */
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
