@@ -218,6 +218,9 @@ extern const struct sbx_kfeature sbx__kfeatures[SBX_KF_MAX];
 bool sbx__kernel_has(int feature);
 char *sbx__kernel_release(void);
 bool sbx__kernel_at_least(int major, int minor);
+/* An image's root: overlayfs over idmapped lower layers (Linux 5.19+), else a clear error. */
+bool sbx__kernel_ovl_idmap(void);
+int sbx__kernel_require_ovl_idmap(const char *image, sbx_error_t *err);
 /* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
 int sbx__kernel_check(sbx_error_t *err);
 /* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */
