@@ -4,7 +4,13 @@ a cached image against `host`, interleaved in one run (round-robin, warm-up disc
 of a ~100 MB image; the disk 100 sandboxes of one image add. Images come from
 tests/images/mkimage.py (busybox-static plus random files), offline.
 
-    python3 bench/images.py [BUILD_DIR] [--rounds N] [--sandboxes N]
+    python3 bench/images.py [BUILD_DIR] [--rounds N] [--sandboxes N] [--compare]
+                            [--docker-host unix:///PATH]
+
+--compare also loads the same archive with `podman load` and `docker load` (a daemon at
+--docker-host, else docker's default; see bench/README.md for one started with no bridge and no
+iptables) and, round by round with sbx, `podman run --rm IMAGE /bin/sh -c true` and `docker run
+--rm ...`; a tool that is missing or cannot run a container here is reported, not fatal.
 """
 import argparse
 import os
@@ -25,11 +31,47 @@ def du(path):
     return int(out.stdout.split()[0]) * 1024 if out.returncode == 0 else 0
 
 
+def timed(cmd):
+    t = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return time.monotonic() - t, p
+
+
+def compare_tools(a, arch):
+    """`podman load` / `docker load` of the archive (image dropped first, so its layers are
+    unpacked again), and the run commands of those that can start a container here."""
+    runs = {}
+    docker = ["docker"] + (["-H", a.docker_host] if a.docker_host else [])
+    # ulimits below this machine's hard limits: the runtimes' defaults (nofile 1048576) are
+    # refused here without CAP_SYS_RESOURCE; --network none: no bridge, no iptables
+    opts = ["--rm", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit",
+            "nproc=1024:1024"]
+    for name, tool, ref in (("podman", ["podman"], "localhost/big:1"), ("docker", docker, "big:1")):
+        if shutil.which(tool[0]) is None:
+            print("%s: not installed" % name)
+            continue
+        subprocess.run(tool + ["rmi", "-f", ref], capture_output=True)
+        t, p = timed(tool + ["load", "-q", "-i", arch])
+        if p.returncode != 0:
+            print("%s load: failed: %s" % (name, (p.stderr or p.stdout).strip()[-300:]))
+            continue
+        print("%s load of the same archive: %.2f s" % (name, t))
+        cmd = tool + ["run"] + opts + [ref, "/bin/sh", "-c", "true"]
+        t, p = timed(cmd)
+        if p.returncode != 0:
+            print("%s run: cannot run a container here: %s" % (name, p.stderr.strip()[-300:]))
+            continue
+        runs[name + " run"] = cmd
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--sandboxes", type=int, default=100)
+    ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--docker-host", default=None)
     a = ap.parse_args()
     sbx = os.path.abspath(os.path.join(a.build, "sbx"))
     work = tempfile.mkdtemp(prefix="sbx-bench-img-")
@@ -49,6 +91,7 @@ def main():
         reimp = time.monotonic() - t
         print("import of a %.0f MB docker-archive: %.2f s (again, layers cached: %.2f s)"
               % (size / 1e6, imp, reimp))
+        others = compare_tools(a, arch) if a.compare else {}
 
         # the cold start: `sbx exec` on a new scope (the sandbox is created and stays warm);
         # and `sbx run`, which also destroys it (the upper goes with it)
@@ -58,20 +101,25 @@ def main():
                 return [sbx, "--home", home, verb] + scope + \
                     (["--image", image] if image else []) + ["--", "true"]
             times = {"host": [], "image": []}
+            if verb == "run":
+                times.update({k: [] for k in others})
             for r in range(a.rounds + 3):
                 order = ["host", "image"] if r % 2 else ["image", "host"]
-                for k in order:
-                    cmd = case("big:1" if k == "image" else None, r)
+                for k in order + (list(others) if verb == "run" else []):
+                    cmd = others[k] if k in others else case("big:1" if k == "image" else None, r)
                     t = time.monotonic()
                     subprocess.run(cmd, check=True, capture_output=True)
                     if r >= 3:
                         times[k].append(time.monotonic() - t)
             med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-            for k in ("host", "image"):
+            for k in times:
                 v = sorted(times[k])
-                print("sbx %s -- true, %-5s: median %.2f ms (p10 %.2f, p90 %.2f), %d rounds" % (
-                    verb, k, med[k], v[len(v) // 10] * 1000, v[len(v) * 9 // 10] * 1000, len(v)))
+                print("%s %s -- true, %-5s: median %.2f ms (p10 %.2f, p90 %.2f), %d rounds" % (
+                    "sbx" if k in ("host", "image") else "", verb, k, med[k],
+                    v[len(v) // 10] * 1000, v[len(v) * 9 // 10] * 1000, len(v)))
             print("sbx %s: image / host %.2fx" % (verb, med["image"] / med["host"]))
+            for k in others if verb == "run" else ():
+                print("%s / sbx image %.2fx" % (k, med[k] / med["image"]))
             subprocess.run([sbx, "--home", home, "down"], capture_output=True, timeout=600)
 
         layers = du(os.path.join(home, "images", "layers"))

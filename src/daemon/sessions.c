@@ -132,6 +132,9 @@ enum MHD_Result h_session_run(struct req *r)
   cleanup_free char *run_cwd = c && *c ? sbxd_path_clean(c) : NULL;
   sbx_buf_t script = {0};
   pthread_mutex_lock(&r->box->lock);
+  /* an image may have no bash, and no /usr/bin/env: its sh and the env on its PATH then */
+  const char *image = json_string_value(json_object_get(r->box->extra, "image"));
+  bool img = image && strcmp(image, "host") != 0;
   struct session *s = box_session_find(r->box, sid);
   if (s) {
     size_t n = json_object_size(s->env), k = 0;
@@ -159,19 +162,30 @@ enum MHD_Result h_session_run(struct req *r)
   }
   j->state_file = state_path(sid);
   cleanup_free char *qstate = sbx__shell_quote(j->state_file);
-  sbx__buf_printf(
-      &script,
-      "__sbxd_save() { { printf '%%s\\0' \"$PWD\"; /usr/bin/env -0; } > %s 2>/dev/null; "
-      "}\ntrap __sbxd_save EXIT\n%s\n",
-      qstate, command);
+  sbx__buf_printf(&script,
+                  "__sbxd_save() { { printf '%%s\\0' \"$PWD\"; %s -0; } > %s 2>/dev/null; "
+                  "}\ntrap __sbxd_save EXIT\n%s\n",
+                  img ? "env" : "/usr/bin/env", qstate, command);
   snprintf(j->session, sizeof j->session, "%s", sid);
   j->merge = true;
   j->on_exit = session_update;
-  sbx__strv_push(&j->argv, "bash");
-  sbx__strv_push(&j->argv, "--noprofile");
-  sbx__strv_push(&j->argv, "--norc");
-  if (script.len < SCRIPT_ARG_MAX) {
+  if (img) {
+    sbx__strv_push(&j->argv, "sh");
     sbx__strv_push(&j->argv, "-c");
+    sbx__strv_push(&j->argv, script.len < SCRIPT_ARG_MAX
+                                 ? "command -v bash >/dev/null 2>&1 && exec bash --noprofile "
+                                   "--norc -c \"$1\"; exec sh -c \"$1\""
+                                 : "command -v bash >/dev/null 2>&1 && exec bash --noprofile "
+                                   "--norc \"$1\"; exec sh \"$1\"");
+    sbx__strv_push(&j->argv, "sh");
+  } else {
+    sbx__strv_push(&j->argv, "bash");
+    sbx__strv_push(&j->argv, "--noprofile");
+    sbx__strv_push(&j->argv, "--norc");
+  }
+  if (script.len < SCRIPT_ARG_MAX) {
+    if (!img)
+      sbx__strv_push(&j->argv, "-c");
     sbx__strv_push(&j->argv, script.data);
   } else {
     /* too long for one argument: hand bash a script file */

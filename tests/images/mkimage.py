@@ -66,6 +66,29 @@ def busybox_layer():
     return layer(ents)
 
 
+# What the OpenSandbox SDK suite (tests/sdk/run.sh's image pass) expects of a Linux image beyond
+# the applets above: a second layer, so the suite runs on a multi-layer root
+SDK_APPLETS = ["tail", "kill", "timeout", "awk", "base64", "basename", "cut", "dirname", "md5sum",
+               "ps", "seq", "sha256sum", "sort", "tr", "which", "xargs", "tee", "mktemp", "chown",
+               "stat", "diff", "uniq", "nproc", "whoami", "yes", "od", "xxd", "realpath"]
+GETENT = b"""#!/bin/sh
+# getent for the files database: passwd and group
+db=$1; shift
+[ -r /etc/$db ] || exit 1
+[ $# -eq 0 ] && exec cat /etc/$db
+for k; do grep -E "^$k:|^[^:]*:[^:]*:$k:" /etc/$db || exit 2; done
+"""
+
+
+def sdk_layer():
+    ents = [("bin/" + a, ("link", "busybox")) for a in SDK_APPLETS]
+    ents += [("bin/getent", ("mode", GETENT, 0o755)), ("var", "dir"), ("var/tmp", "dir"),
+             ("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"
+              b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"),
+             ("etc/group", b"root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n")]
+    return layer(ents)
+
+
 def compress(data, how):
     if how == "gzip":
         return gzip.compress(data, 1), "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -171,8 +194,9 @@ def main():
     ap.add_argument("--format", default="docker", choices=["docker", "oci", "oci-dir"])
     ap.add_argument("--name", default="busybox:test")
     ap.add_argument("--compression", default=None, choices=[None, "gzip", "zstd"])
+    ap.add_argument("--sdk", action="store_true", help="add sdk_layer() (tests/sdk/run.sh)")
     a = ap.parse_args()
-    imgs = [(a.name, [busybox_layer()], a.compression)]
+    imgs = [(a.name, [busybox_layer()] + ([sdk_layer()] if a.sdk else []), a.compression)]
     if a.format == "docker":
         build_docker(a.out, imgs)
     else:

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -62,10 +63,32 @@ class Sbx:
         self.run("down", timeout=120)
 
 
+# SBX_TEST_IMAGE=NAME: the `sbx` fixture's sandboxes come from an OCI image instead of `host`
+# (sandbox.image: NAME), built by tests/images/mkimage.py --sdk and imported into each home:
+# ctest's integration/image runs the DeerFlow tool-path suites (test_files.py) so.
+TEST_IMAGE = os.environ.get("SBX_TEST_IMAGE")
+
+
+@pytest.fixture(scope="session")
+def test_image_archive(tmp_path_factory):
+    sys.path.insert(0, os.path.join(SOURCE, "tests", "images"))
+    import mkimage
+    out = str(tmp_path_factory.mktemp("image") / "image.tar")
+    mkimage.build_docker(out, [(TEST_IMAGE, [mkimage.busybox_layer(), mkimage.sdk_layer()], None)])
+    return out
+
+
 @pytest.fixture
-def sbx(tmp_path):
+def sbx(tmp_path, request):
     home = tmp_path / "home"
-    s = Sbx(home)
+    if TEST_IMAGE:
+        cfg = tmp_path / "image-config.yaml"
+        cfg.write_text("sandbox:\n  image: %s\n" % TEST_IMAGE)
+        s = Sbx(home, str(cfg))
+        assert s.ok("image", "import", request.getfixturevalue("test_image_archive")).split() == [
+            TEST_IMAGE]
+    else:
+        s = Sbx(home)
     yield s
     s.down()
 

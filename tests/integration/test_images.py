@@ -309,6 +309,38 @@ def test_image_without_shell(sbx, tmp_path):
     assert sbx.ok("read", "-t", "n", "/hello") == "hi\n"
 
 
+def test_kernel_without_idmapped_overlay_layers_refused(sbx, bb_docker):
+    """Below Linux 5.19 overlayfs refuses idmapped lower layers: the create is refused before
+    anything is made, naming the kernel floor. SBX_TEST_NO_OVL_IDMAP stands for such a kernel;
+    every other test here runs the real path."""
+    sbx.ok("image", "import", bb_docker)
+    old = _state_dirs(sbx.home)
+    force = {"SBX_TEST_NO_OVL_IDMAP": "1"}
+    p = sbx.run("exec", "-t", "k", "--image", BB, "--", "true", env=force)
+    err = p.stderr.decode()
+    assert p.returncode != 0 and "idmapped lower layers (Linux 5.19" in err and BB in err, err
+    assert _state_dirs(sbx.home) == old
+    assert listing(sbx)[BB]["in_use"] == 0
+    # host sandboxes are unaffected; doctor says why images are not
+    assert sbx.ok("exec", "-t", "k", "--", "echo", "host", env=force) == "host\n"
+    doc = sbx.run("doctor", env=force).stdout.decode()
+    assert "overlayfs with idmapped lower layers unavailable" in doc, doc
+    assert "overlayfs with idmapped lower layers available" in sbx.run("doctor").stdout.decode()
+
+
+def test_mountinfo_shows_no_host_path(sbx, bb_docker):
+    """The overlay's options (lowerdir, upperdir, workdir) appear in the sandbox's mountinfo:
+    they are relative to the state folder, so $SBX_HOME and the store's paths do not. (The
+    thread folder's bind shows its path inside its file system: docs/security.md.)"""
+    sbx.ok("image", "import", bb_docker)
+    r = sh(sbx, "m", "cat /proc/self/mountinfo", image=BB)
+    assert r["exit_code"] == 0, r
+    root = [line for line in r["stdout"].splitlines() if " / / " in line]
+    assert root and " - overlay " in root[0] and "lowerdir=l/0:" in root[0], r["stdout"]
+    assert sbx.home not in root[0] and "sandboxes/" not in root[0], root[0]
+    assert "images/" not in r["stdout"] and "/sandboxes/" not in r["stdout"], r["stdout"]
+
+
 def test_help_lists_verbs(sbx):
     out = sbx.ok("--help")
     for v in ("image", "images", "rmi"):

@@ -14,7 +14,10 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const BUILD = process.env.SBX_BUILD || path.resolve(here, "../../build");
 export const SBXD = path.join(BUILD, "sbxd");
 export const SBX = path.join(BUILD, "sbx");
-export const IMAGE = "host";
+// run.sh's second pass: an OCI image (tests/images/mkimage.py's busybox), imported into every
+// sbxd's home before it starts
+export const IMAGE = process.env.SBX_SDK_IMAGE || "host";
+const IMAGE_ARCHIVE = process.env.SBX_SDK_IMAGE_ARCHIVE;
 
 export async function startSbxd({ apiKey = "sdk-test-key", args = [] } = {}) {
   const home = mkdtempSync(path.join(os.tmpdir(), "sbxd-sdk-"));
@@ -22,6 +25,10 @@ export async function startSbxd({ apiKey = "sdk-test-key", args = [] } = {}) {
   if (apiKey) argv.push("--api-key", apiKey);
   const env = { ...process.env };
   delete env.OPEN_SANDBOX_API_KEY;
+  if (IMAGE_ARCHIVE) {
+    const imp = spawnSync(SBX, ["--home", home, "image", "import", IMAGE_ARCHIVE], { encoding: "utf8" });
+    assert.equal(imp.status, 0, `sbx image import: ${imp.stderr}`);
+  }
   const child = spawn(SBXD, argv, { stdio: ["ignore", "ignore", "pipe"], env });
   const logs = [];
   let text = "";

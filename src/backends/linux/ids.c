@@ -112,6 +112,12 @@ static int idle(void *arg)
 
 int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err)
 {
+  return sbx__ids_userns_map(SBX_UID_BASE, base, h, err);
+}
+
+int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
+                        sbx_error_t *err)
+{
   /* a user namespace needs a process only while its maps are written and it is opened: a
    * child sharing our memory (no copy of the page tables), killed at once and reaped later
    * (waiting for its exit here would be most of the cost) */
@@ -126,7 +132,7 @@ int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t
     return sbx__make_error(err, e, SBX_E_INTERNAL, "create the id-mapping namespace");
   }
   char path[64], map[64];
-  int n = snprintf(map, sizeof map, "%u %u %u\n", SBX_UID_BASE, base, SBX_UID_COUNT);
+  int n = snprintf(map, sizeof map, "%u %u %u\n", inside, base, SBX_UID_COUNT);
   int fd = -1, saved = 0;
   const char *what = "uid_map";
   for (int i = 0; i < 2 && saved == 0; i++, what = "gid_map") {

@@ -6,6 +6,7 @@
 #include "linux.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -96,4 +97,27 @@ int sbx__kernel_require(int feature, const char *what, sbx_error_t *err)
   return sbx__make_error(err, ENOSYS, SBX_E_UNSUPPORTED,
                          "%s needs %s (Linux %s), which this kernel (%s) lacks: run `sbx doctor`",
                          what, sbx__kfeatures[feature].name, sbx__kfeatures[feature].since, rel);
+}
+
+/* overlayfs takes idmapped lower layers since Linux 5.19 (ovl: "support idmapped layers"); an
+ * older one refuses the mount with EINVAL, which names no cause. SBX_TEST_NO_OVL_IDMAP makes
+ * this kernel look like one of those (the tests' way to reach the refusal on a new kernel). */
+bool sbx__kernel_ovl_idmap(void)
+{
+  const char *forced = getenv("SBX_TEST_NO_OVL_IDMAP");
+  if (forced && *forced && strcmp(forced, "0") != 0)
+    return false;
+  return sbx__kernel_has(SBX_KF_MOUNT_SETATTR) && sbx__kernel_at_least(5, 19);
+}
+
+int sbx__kernel_require_ovl_idmap(const char *image, sbx_error_t *err)
+{
+  if (sbx__kernel_ovl_idmap())
+    return 0;
+  cleanup_free char *rel = sbx__kernel_release();
+  return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                         "image `%s` needs overlayfs with idmapped lower layers (Linux 5.19 or "
+                         "newer), which this kernel (%s) lacks: use image `host`, or boot a newer "
+                         "kernel (run `sbx doctor`)",
+                         image, rel);
 }

@@ -38,6 +38,9 @@ struct sbx_idmap_helper {
   void *stack;
 };
 int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
+/* The same with inside.. mapped to base.. (0: an image's layers, whose owners are 0-based). */
+int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
+                        sbx_error_t *err);
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
 /* Idmaps a detached mount (recursively) with that namespace. */
 int sbx__tree_idmap(int tree, int userns);
@@ -80,6 +83,7 @@ struct sbx_launch_spec {
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
   int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
+  int layers_fd;     /* an image's: user namespace mapping 0.. onto the range, or -1 */
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
@@ -214,6 +218,9 @@ extern const struct sbx_kfeature sbx__kfeatures[SBX_KF_MAX];
 bool sbx__kernel_has(int feature);
 char *sbx__kernel_release(void);
 bool sbx__kernel_at_least(int major, int minor);
+/* An image's root: overlayfs over idmapped lower layers (Linux 5.19+), else a clear error. */
+bool sbx__kernel_ovl_idmap(void);
+int sbx__kernel_require_ovl_idmap(const char *image, sbx_error_t *err);
 /* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
 int sbx__kernel_check(sbx_error_t *err);
 /* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */

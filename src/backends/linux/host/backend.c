@@ -146,7 +146,8 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
   struct sbx_pull_opts po = {0};
   sbx__pull_opts_from_config(in->cfg, &po);
-  if (sbx__image_ensure(home, s->image, &po, err) < 0 ||
+  if (sbx__kernel_require_ovl_idmap(s->image, err) < 0 ||
+      sbx__image_ensure(home, s->image, &po, err) < 0 ||
       sbx__image_resolve(home, s->image, &r, err) < 0)
     return -1;
   sbx_buf_t layers = {0}, ids = {0};

@@ -104,12 +104,14 @@ static void check_privilege(struct report *r)
   if (seccomp > 0)
     line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)", seccomp);
   bool idmap = sbx__kernel_has(SBX_KF_MOUNT_SETATTR);
-  line(r, INFO, "idmapped", NULL,
-       "idmapped mounts %s (not used yet: host copies of sandbox files "
-       "belong to uid 100000)",
-       idmap ? "available" : "unavailable (Linux 5.12)");
-  line(r, INFO, "overlayfs", NULL, "overlayfs in a user namespace %s (not used yet)",
-       sbx__kernel_at_least(5, 11) ? "available (Linux 5.11)" : "unavailable before Linux 5.11");
+  line(r, idmap ? OK : WARN, "idmapped", "Linux 5.12 or newer",
+       "idmapped mounts %s (the thread folder and volumes keep owner 100000 on disk)",
+       idmap ? "available" : "unavailable (Linux 5.12): sandboxes share one id range");
+  bool ovl = sbx__kernel_ovl_idmap();
+  line(r, ovl ? OK : WARN, "overlayfs", "Linux 5.19 or newer (or use image `host`)",
+       "overlayfs with idmapped lower layers %s",
+       ovl ? "available (Linux 5.19): sandboxes from OCI images work"
+           : "unavailable (Linux 5.19): a sandbox from an OCI image is refused; `host` works");
 }
 
 static bool readonly_mount(const char *path)

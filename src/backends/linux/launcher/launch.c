@@ -157,10 +157,19 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
   struct sbx_idmap_helper helper = {0};
   if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
     s->idmap_fd = sbx__ids_idmap_userns(s->uid_base, &helper, NULL);
-  int r = launch_in(s, out_pid, cg, err);
+  /* an image's layers are seen through the range's ids: made here, where a helper sharing our
+   * memory costs a clone, not by the sandbox's PID 1 (a fork and a wait) */
+  struct sbx_idmap_helper lhelper = {0};
+  s->layers_fd = -1;
+  int r = -1;
+  if (!s->layers || (s->layers_fd = sbx__ids_userns_map(0, s->uid_base, &lhelper, err)) >= 0)
+    r = launch_in(s, out_pid, cg, err);
   if (s->idmap_fd >= 0)
-    close(s->idmap_fd);         /* the child had its copy */
+    close(s->idmap_fd); /* the child had its copy */
+  if (s->layers_fd >= 0)
+    close(s->layers_fd);
   sbx__ids_idmap_reap(&helper); /* long dead by now: no wait */
+  sbx__ids_idmap_reap(&lhelper);
   return r;
 }
 

@@ -390,6 +390,10 @@ int sbx__rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
   }
   if (r == 0)
     r = s->layers ? image_setup(s, trees, err) : rootfs_setup(s, trees, err);
+  if (s->layers_fd >= 0) {
+    close(s->layers_fd);
+    s->layers_fd = -1;
+  }
   close_trees(trees, s->n_mounts + 1);
   return r;
 }
@@ -519,58 +523,6 @@ int sbx__rootfs_enter(const struct sbx_launch_spec *s, sbx_error_t *err)
  * (a symlink there is replaced) before anything is mounted on them by path, and the /etc files
  * are replaced, never written through. */
 
-/* A user namespace mapping ids 0..65535 onto the sandboxes' range: what an idmapped mount of a
- * layer needs. A child unshares it and waits; we map it, keep a descriptor, let it go. */
-static int range_userns(uint32_t base, sbx_error_t *err)
-{
-  int ready[2], hold[2];
-  if (pipe2(ready, O_CLOEXEC) < 0)
-    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pipe");
-  if (pipe2(hold, O_CLOEXEC) < 0) {
-    close(ready[0]), close(ready[1]);
-    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pipe");
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(ready[0]);
-    close(hold[1]);
-    /* our pid in the procfs at hand (the host's: this runs in a new pid namespace) */
-    char self[32] = "E";
-    ssize_t n = readlink("/proc/self", self + 1, sizeof self - 2);
-    if (unshare(CLONE_NEWUSER) == 0 && n > 0)
-      self[0] = 'U', self[n + 1] = '\0';
-    (void) !write(ready[1], self, sizeof self);
-    (void) !read(hold[0], self, 1);
-    _exit(0);
-  }
-  close(ready[1]);
-  close(hold[0]);
-  char self[32] = "";
-  int fd = -1;
-  if (pid > 0 && read(ready[0], self, sizeof self) == (ssize_t) sizeof self && self[0] == 'U') {
-    char path[64], map[64];
-    long hpid = atol(self + 1);
-    snprintf(map, sizeof map, "0 %u %u\n", base, SBX_UID_COUNT);
-    bool ok = true;
-    for (int i = 0; i < 2 && ok; i++) {
-      snprintf(path, sizeof path, "/proc/%ld/%s", hpid, i ? "gid_map" : "uid_map");
-      cleanup_close int m = open(path, O_WRONLY | O_CLOEXEC);
-      ok = m >= 0 && sbx__write_all(m, map, strlen(map)) == 0;
-    }
-    snprintf(path, sizeof path, "/proc/%ld/ns/user", hpid);
-    if (ok)
-      fd = open(path, O_RDONLY | O_CLOEXEC);
-  }
-  int saved = errno;
-  close(ready[0]);
-  close(hold[1]);
-  if (pid > 0)
-    TEMP_FAILURE_RETRY(waitpid(pid, NULL, 0));
-  if (fd < 0)
-    return sbx__make_error(err, saved, SBX_E_INTERNAL, "make the user namespace of the id range");
-  return fd;
-}
-
 /* name (relative to rootfd, parents already real) as a real directory */
 static int real_dir(int rootfd, const char *name, mode_t mode, uint32_t ids, sbx_error_t *err)
 {
@@ -674,9 +626,7 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   /* the upper's root is the overlay's root: the sandbox's root owns it */
   if (chown(upper, ids, ids) < 0)
     return sbx__make_error(err, errno, SBX_E_INTERNAL, "chown `%s`", upper);
-  cleanup_close int userns = range_userns(ids, err);
-  if (userns < 0)
-    return -1;
+  const int userns = s->layers_fd; /* launch.c: 0.. onto the range */
   sbx_buf_t opts = {0};
   sbx__buf_puts(&opts, "lowerdir=");
   cleanup_free char *layers = xstrdup(s->layers);
@@ -700,13 +650,18 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
                              "that supports idmapped mounts)",
                              l);
     }
-    sbx__buf_printf(&opts, "%s%s", i ? ":" : "", at);
+    sbx__buf_printf(&opts, "%sl/%d", i ? ":" : "", i);
   }
   /* volatile: no sync of the upper's file system (at every fsync inside, and when the overlay
    * goes with the sandbox's last process); an upper lives and dies with its sandbox, which a
    * host crash ends anyway */
-  sbx__buf_printf(&opts, ",upperdir=%s,workdir=%s,volatile", upper, work);
-  int r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
+  /* relative to the state folder: overlayfs shows its options in /proc/self/mountinfo, and the
+   * host's paths ($SBX_HOME, the sandbox's id) are none of the sandbox's business */
+  sbx__buf_printf(&opts, ",upperdir=%s/upper,workdir=%s/work,volatile", capped ? SBX_DISK_DIR : ".",
+                  capped ? SBX_DISK_DIR : ".");
+  int r = chdir(s->state_dir);
+  if (r == 0)
+    r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
   int saved = errno;
   sbx__buf_free(&opts);
   if (r < 0)
