@@ -1,5 +1,6 @@
 /* sbx: the command-line front-end of libsbx. */
 #include "cli.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,8 @@ static void usage(FILE *f)
         "warm between calls.\n"
         "\n"
         "Global options:\n"
-        "  --home DIR      state directory (default $SBX_HOME, else .sbx)\n"
+        "  --home DIR      state directory (default $SBX_HOME, else .sbx as root,\n"
+        "                  $XDG_STATE_HOME/sbx as a user)\n"
         "  --config FILE   configuration (default $SBX_HOME/config.yaml if present)\n"
         "  --help          this help; `sbx VERB --help` for a verb\n"
         "  --version       print the version\n"
@@ -91,7 +93,7 @@ int main(int argc, char **argv)
   if (c.home == NULL || *c.home == '\0')
     c.home = getenv("SBX_HOME");
   if (c.home == NULL || *c.home == '\0')
-    c.home = ".sbx";
+    c.home = sbx__default_home();
   for (size_t v = 0; v < sizeof verbs / sizeof verbs[0]; v++) {
     if (strcmp(argv[i], verbs[v].name) != 0)
       continue;

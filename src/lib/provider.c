@@ -64,7 +64,7 @@ sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
   if (home == NULL || *home == '\0')
     home = getenv("SBX_HOME");
   if (home == NULL || *home == '\0')
-    home = ".sbx";
+    home = sbx__default_home();
   return provider_new(home, cfg, err);
 }
 

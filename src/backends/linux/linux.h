@@ -39,6 +39,20 @@ struct sbx_idmap_helper {
 };
 int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
+/* Rootless (the launcher is not root): the user's own slice of its /etc/subuid and /etc/subgid
+ * ranges when it has them and newuidmap/newgidmap are installed (fills s->uid_count, sub_uid,
+ * sub_gid; returns the slot's locked fd, kept by the sandbox's PID 1), else SBX_IDS_SINGLE
+ * (uid_count 1: the user alone, as root inside). s->uid_base is the user's uid. */
+#define SBX_IDS_SINGLE (-2)
+struct sbx_launch_spec;
+int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err);
+/* Writes pid's uid and gid maps for s (rootless): directly for the single mapping, through
+ * newuidmap/newgidmap for a subordinate range. */
+int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_t *err);
+/* In an /etc/subuid-style text, the first entry for name or uid ("name:first:count" or
+ * "uid:first:count") with a count of at least min: true and *first, *count. */
+bool sbx__subids_find(const char *text, const char *name, uint32_t uid, uint32_t min,
+                      uint32_t *first, uint32_t *count);
 /* Idmaps a detached mount (recursively) with that namespace. */
 int sbx__tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
@@ -75,11 +89,17 @@ struct sbx_launch_spec {
   int cgroup_manager;     /* SBX_CGM_* */
   bool cgroup_required;   /* refuse to start without a cgroup (else: warn, run unlimited) */
   char *cgroup_slice;     /* the systemd manager's slice; NULL = sbx.slice */
+  char *user_name;        /* the caller's login name (its /etc/subuid entry), or NULL */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
   int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
+  /* launcher only: an ordinary user's sandbox (ids.c: every namespace is made at once, in a
+   * user namespace mapping root inside to the user, plus uid_count - 1 subordinate ids from
+   * sub_uid/sub_gid up when uid_count > 1) */
+  bool rootless;
+  uint32_t uid_count, sub_uid, sub_gid;
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
