@@ -201,8 +201,10 @@ int sbx__tree_idmap(int tree, int userns)
  * subordinate ids and newuidmap/newgidmap are there to map them, ids 1..65535 inside to a slice
  * of its own of them: SBX_UID_COUNT - 1 ids per slot, a slot taken by an flock as for root's
  * ranges, in a folder of the user's ($XDG_RUNTIME_DIR/sbx/id-ranges, else id-ranges in the
- * state folder's home), never /run/sbx. Without them the user alone is mapped: files of other
- * ids inside show as nobody, and chown to them fails (what `sbx doctor` says). */
+ * state folder's home), never /run/sbx. Once every slot is taken the last one is shared by
+ * the sandboxes beyond them (root inside is the same user in all of them anyway; their ids
+ * only keep the kernel's per-user budgets apart). Without them the user alone is mapped: files of
+ * other ids inside show as nobody, and chown to them fails (what `sbx doctor` says). */
 
 #define SUB_SLOT (SBX_UID_COUNT - 1)
 
@@ -279,10 +281,13 @@ int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err)
     if (e != EWOULDBLOCK)
       return sbx__make_error(err, e, SBX_E_INTERNAL, "lock `%s/%s`", dir, name);
   }
-  return sbx__make_error(err, EAGAIN, SBX_E_BUSY,
-                         "every subordinate id range of this user is in use (%u of %u ids each "
-                         "in /etc/subuid and /etc/subgid): give the user more, or wait",
-                         slots, SUB_SLOT);
+  /* every slot taken: the last one is shared (docs/hosts.md: a user's sandboxes beyond its
+   * slots share ids; sbx doctor counts the slots) */
+  uint32_t last = slots - 1;
+  s->uid_count = SBX_UID_COUNT;
+  s->sub_uid = ufirst + last * SUB_SLOT;
+  s->sub_gid = gfirst + last * SUB_SLOT;
+  return SBX_IDS_SHARED;
 }
 
 static int write_proc(pid_t pid, const char *file, const char *text, sbx_error_t *err)

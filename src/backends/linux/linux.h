@@ -41,9 +41,11 @@ int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
 /* Rootless (the launcher is not root): the user's own slice of its /etc/subuid and /etc/subgid
  * ranges when it has them and newuidmap/newgidmap are installed (fills s->uid_count, sub_uid,
- * sub_gid; returns the slot's locked fd, kept by the sandbox's PID 1), else SBX_IDS_SINGLE
+ * sub_gid; returns the slot's locked fd, kept by the sandbox's PID 1, or SBX_IDS_SHARED), else
+ * SBX_IDS_SINGLE
  * (uid_count 1: the user alone, as root inside). s->uid_base is the user's uid. */
 #define SBX_IDS_SINGLE (-2)
+#define SBX_IDS_SHARED (-3) /* every slot taken: the last one, shared (no lock) */
 struct sbx_launch_spec;
 int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err);
 /* Writes pid's uid and gid maps for s (rootless): directly for the single mapping, through
@@ -198,6 +200,8 @@ char *sbx__cgroup_v2_missing(const char *dir);
  * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
 int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
                               char **path_out, sbx_error_t *err);
+/* The systemd manager's private socket for this caller (root's, or the user's own). */
+char *sbx__systemd_socket(void);
 /* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
  * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
  * it is an error), 1 if it is some other message, -1 if malformed. */

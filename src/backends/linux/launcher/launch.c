@@ -174,7 +174,7 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
     s->rootless = true;
     s->idmap_fd = -1;
     cleanup_close int sub_fd = sbx__ids_rootless(s, err);
-    if (sub_fd < 0 && sub_fd != SBX_IDS_SINGLE)
+    if (sub_fd < 0 && sub_fd != SBX_IDS_SINGLE && sub_fd != SBX_IDS_SHARED)
       return -1;
     return launch_in(s, out_pid, cg, err);
   }
