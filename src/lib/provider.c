@@ -229,7 +229,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     cleanup_free char *key = sbx__spare_key(&p->pool, o);
     adopted = key && sbx__spare_take(p->spares, key, in);
   }
-  if (sbx__instance_register(sb, adopted, err) < 0)
+  if ((in->ops->precheck && in->ops->precheck(in, err) < 0) ||
+      sbx__instance_register(sb, adopted, err) < 0)
     goto fail;
   if (pool >= 0)
     close(steal_fd(&pool));

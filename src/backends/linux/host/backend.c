@@ -190,8 +190,10 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
 }
 
 /* What an ordinary user's sandbox cannot have, one line each (docs/hosts.md, "Rootless"). */
-static int rootless_refuses(const struct sbx_instance *in, sbx_error_t *err)
+static int linux_precheck(const struct sbx_instance *in, sbx_error_t *err)
 {
+  if (geteuid() == 0)
+    return 0;
   const struct sbx_config *c = in->cfg;
   const char *image = in->meta.image ? in->meta.image : c->image ? c->image : "host";
   const char *what = c->user_data_size_mib ? "sandbox.user_data_size_mib (a loop-mounted quota)"
@@ -209,8 +211,6 @@ static int rootless_refuses(const struct sbx_instance *in, sbx_error_t *err)
 
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
-  if (geteuid() != 0 && rootless_refuses(in, err) < 0)
-    return -1;
   if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
       sbx__user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
     return -1;
@@ -445,6 +445,7 @@ const struct sbx_backend_ops sbx__backend_linux = {
     .name = "linux",
     .data_owner = SBX_UID_BASE,
     .create = linux_create,
+    .precheck = linux_precheck,
     .destroy = linux_destroy,
     .alive = linux_alive,
     .memory = linux_memory,
