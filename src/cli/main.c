@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct cli_verb verbs[] = {
     {"exec", cmd_exec, "run a command in the scope's sandbox"},
@@ -99,7 +100,9 @@ int main(int argc, char **argv)
       continue;
     c.verb = verbs[v].name;
     int r = verbs[v].fn(&c, argc - i, argv + i);
-    bool missing = c.provider && c.cfg->spares > 0 && strcmp(c.verb, "down") != 0 &&
+    /* rootless linux sandboxes have no spares (libsbx warns): no filler to start */
+    bool rootless = geteuid() != 0 && (c.cfg && (!c.cfg->use || strcmp(c.cfg->use, "linux") == 0));
+    bool missing = c.provider && !rootless && c.cfg->spares > 0 && strcmp(c.verb, "down") != 0 &&
                    sbx_spares_ready(c.provider) < c.cfg->spares;
     sbx_provider_free(c.provider); /* drops every lease before a filler could inherit one */
     c.provider = NULL;

@@ -38,6 +38,11 @@ const char *sbx_state_name(int state)
   }
 }
 
+static bool rootless_spares(const struct sbx_backend_ops *ops, const struct sbx_config *cfg)
+{
+  return geteuid() != 0 && cfg->spares > 0 && ops && strcmp(ops->name, "linux") == 0;
+}
+
 /* A provider over home (created if missing), with its spare pool over home/spare. */
 static struct sbx_provider_s *provider_new(const char *home, const struct sbx_config *cfg,
                                            sbx_error_t *err)
@@ -51,6 +56,12 @@ static struct sbx_provider_s *provider_new(const char *home, const struct sbx_co
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
+  if (rootless_spares(p->pool.ops, cfg)) {
+    /* adopting a spare enters its namespaces as host root (adopt.c): none to take rootless */
+    sbx__log(SBX_LOG_WARNING, "sandbox.spares needs root: rootless sandboxes are launched "
+                              "without spares (docs/hosts.md, Rootless)");
+    return p;
+  }
   p->spares = sbx__spares_new(p->pool.home, cfg, err);
   if (p->spares == NULL) {
     sbx_provider_free(p);

@@ -243,6 +243,20 @@ def test_root_features_refused_in_one_line(single):
         assert not os.path.isdir(_thread_dir(single, "q")), "a refused create made its folder"
 
 
+def test_spares_off_rootless_with_one_warning(single):
+    cfg = os.path.join(single.home_dir, "spares.yaml")
+    with open(cfg, "w") as f:
+        f.write("sandbox:\n  spares: 2\n")
+    os.chown(cfg, single.uid, single.gid)
+    r = single.run("--config", cfg, "exec", "-t", "sp", "--", "echo ok")
+    assert r.returncode == 0 and r.stdout == b"ok\n", r.stderr
+    assert b"sandbox.spares needs root" in r.stderr, r.stderr
+    out = single.ok("--config", cfg, "ps")
+    assert "spares: 0 (configured: 2)" in out, out
+    assert not os.path.isdir(os.path.join(single.state, "spare", "sandboxes")) or \
+        os.listdir(os.path.join(single.state, "spare", "sandboxes")) == []
+
+
 def test_doctor_as_a_user(user, single):
     p = user.run("doctor")
     out = p.stdout.decode()
