@@ -178,7 +178,8 @@ static void check_rootless(struct report *r, const char *home)
       getpwuid_r(uid, &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw ? pw->pw_name : NULL;
   line(r, OK, "user", NULL,
        "uid %u (%s): rootless mode, root inside a sandbox is you; refused as needing root: "
-       "user_data_size_mib, disk_mib, image roots, per-sandbox host ids without /etc/subuid",
+       "user_data_size_mib, disk_mib, image roots, spares, per-sandbox host ids without "
+       "/etc/subuid",
        (unsigned) uid, name ? name : "no passwd entry");
   cleanup_free char *max = read_trim("/proc/sys/user/max_user_namespaces");
   long n = max ? strtol(max, NULL, 10) : -1;
