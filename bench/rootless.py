@@ -132,10 +132,11 @@ def main():
             out += ["", "Rootless cold start is %.2f× root's with subordinate ids (the launcher "
                     "runs two setuid helpers, newuidmap and newgidmap, to write the maps) and "
                     "%.2f× with the single mapping; warm exec %.2f× (the same path once the "
-                    "sandbox runs: the difference is noise or the cgroup)." % (
+                    "sandbox runs: the difference is noise or the cgroup). The 1-minute load was "
+                    "%s at the end: the ratios are the figures to read, not the times." % (
                         res["cold-user"]["median"] / res["cold-root"]["median"],
                         res["cold-user-single"]["median"] / res["cold-root"]["median"],
-                        res["warm-user"]["median"] / res["warm-root"]["median"])]
+                        res["warm-user"]["median"] / res["warm-root"]["median"], load[0])]
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "rootless-notes.md"),
                   "w") as f:
             f.write("\n".join(out) + "\n")
