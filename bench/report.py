@@ -757,6 +757,12 @@ def main():
         with open(deerflow_notes) as f:
             w(f.read().strip() + "\n")
 
+    # rootless next to root: measured separately by bench/rootless.py, which writes this file
+    rootless_notes = os.path.join(bench, "rootless-notes.md")
+    if os.path.exists(rootless_notes):
+        with open(rootless_notes) as f:
+            w(f.read().strip() + "\n")
+
     profiles(w, res, bench)
 
     # commands

@@ -51,6 +51,8 @@ SBX_PUBLIC const struct sbx_config *sbx_provider_config(const sbx_provider_t *p)
  * problem, judged against cfg. *failures gets the count of problems that stop sandboxes from
  * starting. Creates nothing. Caller frees. */
 SBX_PUBLIC char *sbx_doctor(const struct sbx_config *cfg, int *failures);
+/* The same, also judging the state directory home (NULL: $SBX_HOME, else the default). */
+SBX_PUBLIC char *sbx_doctor_home(const struct sbx_config *cfg, const char *home, int *failures);
 
 /* Returns the sandbox of (user, thread), creating it if needed; the same scope always gets the
  * same id (first 16 hex of sha256("user:thread")). A warm sandbox is reclaimed only after a

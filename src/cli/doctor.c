@@ -9,7 +9,9 @@ static const char usage[] =
     "\n"
     "Reports, for this host and this user, what the linux backend needs and whether it has it:\n"
     "the kernel and each system call sbx relies on (with the Linux version that added it), root\n"
-    "and user namespaces, seccomp, the cgroup hierarchy (v1 or v2, read-only or not, where\n"
+    "or, as an ordinary user, rootless mode (user namespaces and what blocks them: sysctls,\n"
+    "AppArmor; newuidmap and /etc/subuid; a nosuid/noexec state directory), seccomp, the\n"
+    "cgroup hierarchy (v1 or v2, read-only or not, where\n"
     "sandboxes would go, which controllers are delegated there, systemd delegation), with the fix\n"
     "for each problem. Reads the configuration as other verbs do (cgroup_manager, cgroup_required\n"
     "and the limits change the verdict). Creates nothing.\n"
@@ -41,7 +43,7 @@ int cmd_doctor(struct cli *c, int argc, char **argv)
     printf("backend %s: sandboxes run elsewhere; below is the linux backend on this host\n",
            c->cfg->use);
   int failed = 0;
-  char *report = sbx_doctor(c->cfg, &failed);
+  char *report = sbx_doctor_home(c->cfg, c->home, &failed);
   fputs(report, stdout);
   free(report);
   return failed ? EXIT_OP_ERROR : 0;

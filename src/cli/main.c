@@ -1,8 +1,10 @@
 /* sbx: the command-line front-end of libsbx. */
 #include "cli.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct cli_verb verbs[] = {
     {"exec", cmd_exec, "run a command in the scope's sandbox"},
@@ -40,7 +42,8 @@ static void usage(FILE *f)
         "warm between calls.\n"
         "\n"
         "Global options:\n"
-        "  --home DIR      state directory (default $SBX_HOME, else .sbx)\n"
+        "  --home DIR      state directory (default $SBX_HOME, else .sbx as root,\n"
+        "                  $XDG_STATE_HOME/sbx as a user)\n"
         "  --config FILE   configuration (default $SBX_HOME/config.yaml if present)\n"
         "  --help          this help; `sbx VERB --help` for a verb\n"
         "  --version       print the version\n"
@@ -94,13 +97,15 @@ int main(int argc, char **argv)
   if (c.home == NULL || *c.home == '\0')
     c.home = getenv("SBX_HOME");
   if (c.home == NULL || *c.home == '\0')
-    c.home = ".sbx";
+    c.home = sbx__default_home();
   for (size_t v = 0; v < sizeof verbs / sizeof verbs[0]; v++) {
     if (strcmp(argv[i], verbs[v].name) != 0)
       continue;
     c.verb = verbs[v].name;
     int r = verbs[v].fn(&c, argc - i, argv + i);
-    bool missing = c.provider && c.cfg->spares > 0 && strcmp(c.verb, "down") != 0 &&
+    /* rootless linux sandboxes have no spares (libsbx warns): no filler to start */
+    bool rootless = geteuid() != 0 && (c.cfg && (!c.cfg->use || strcmp(c.cfg->use, "linux") == 0));
+    bool missing = c.provider && !rootless && c.cfg->spares > 0 && strcmp(c.verb, "down") != 0 &&
                    sbx_spares_ready(c.provider) < c.cfg->spares;
     sbx_provider_free(c.provider); /* drops every lease before a filler could inherit one */
     c.provider = NULL;

@@ -310,6 +310,24 @@ int sbx__write_file_at(int dirfd, const char *path, const void *data, size_t len
   return 0;
 }
 
+const char *sbx__default_home(void)
+{
+  static char *home; /* computed once per process */
+  if (home)
+    return home;
+  if (geteuid() == 0)
+    return home = xstrdup(".sbx");
+  const char *xdg = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
+  if (xdg && xdg[0] == '/')
+    home = xasprintf("%s/sbx", xdg);
+  else if (h && h[0] == '/')
+    home = xasprintf("%s/.local/state/sbx", h);
+  else
+    return home = xstrdup(".sbx"); /* no home to speak of: as root */
+  (void) sbx__mkdir_p(home, 0700); /* a failure shows at the first use, naming the folder */
+  return home;
+}
+
 int sbx__mkdir_p(const char *path, int mode)
 {
   /* the common case first: it exists (one stat instead of a mkdir per component) */

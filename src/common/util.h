@@ -109,7 +109,10 @@ int sbx__write_file_at(int dirfd, const char *path, const void *data, size_t len
  * process across pid reuse. */
 unsigned long long sbx__proc_start_time(long pid);
 
-int sbx__mkdir_p(const char *path, int mode);   /* host paths only; -1 with errno */
+int sbx__mkdir_p(const char *path, int mode); /* host paths only; -1 with errno */
+/* The state directory when neither --home nor $SBX_HOME names one: .sbx for root, else
+ * $XDG_STATE_HOME/sbx (default ~/.local/state/sbx, made 0700 here if missing). */
+const char *sbx__default_home(void);
 int sbx__rm_rf_at(int dirfd, const char *name); /* no symlink following */
 /* A detached copy (open_tree OPEN_TREE_CLONE, close-on-exec) of the mount tree at path, reached
  * without following any symlink (ELOOP if there is one); recursive copies submounts too. */

@@ -5,6 +5,7 @@
 #include "registry.h"
 #include "server.h"
 #include "spares.h"
+#include "util.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -25,7 +26,8 @@ static void usage(FILE *f)
         "Options:\n"
         "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080);\n"
         "                      port 0 picks a free port (the 'listening' log line has it)\n"
-        "  --home DIR          state directory (default $SBX_HOME, else .sbx)\n"
+        "  --home DIR          state directory (default $SBX_HOME, else .sbx as root,\n"
+        "                      $XDG_STATE_HOME/sbx as a user)\n"
         "  --config FILE       configuration (default $SBX_HOME/config.yaml if present)\n"
         "  --api-key KEY       key clients must send as OPEN-SANDBOX-API-KEY (default\n"
         "                      sbxd.api_key, else $OPEN_SANDBOX_API_KEY); without a key sbxd\n"
@@ -106,7 +108,7 @@ static int configure(struct options *o)
   if (o->home == NULL || *o->home == '\0')
     o->home = getenv("SBX_HOME");
   if (o->home == NULL || *o->home == '\0')
-    o->home = ".sbx";
+    o->home = sbx__default_home();
   sbx_error_t err = NULL;
   cleanup_free char *def_config = xasprintf("%s/config.yaml", o->home);
   const char *config = o->config;

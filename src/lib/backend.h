@@ -16,6 +16,9 @@ struct sbx_backend_ops {
    * backend's fields of in->meta. user_data is the host folder for /mnt/user-data, or "" for a
    * throw-away sandbox whose files need not reach the host. */
   int (*create)(struct sbx_instance *in, const char *user_data, sbx_error_t *err);
+  /* Refuses a create that cannot work here before anything is made (no state, no thread
+   * folder). Optional. */
+  int (*precheck)(const struct sbx_instance *in, sbx_error_t *err);
   /* Removes everything of the sandbox (processes, cgroups, remote). Must work on a half-made
    * or dead sandbox. */
   int (*destroy)(struct sbx_instance *in, sbx_error_t *err);

@@ -158,10 +158,11 @@ char *sbx__instance_user_data(const struct sbx_instance *in, sbx_error_t *err)
     return xstrdup(""); /* throw-away: the backend keeps its files inside the sandbox */
   /* a managed sandbox's files live and die with it */
   char *user_data = xasprintf("%s/user-data", in->dir);
+  const uid_t owner = geteuid() == 0 ? in->ops->data_owner : geteuid(); /* rootless: the user */
   const char *subs[] = {"", "/workspace", "/uploads", "/outputs"};
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     cleanup_free char *d = xasprintf("%s%s", user_data, subs[i]);
-    if (mkdir(d, 0755) < 0 || chown(d, in->ops->data_owner, in->ops->data_owner) < 0) {
+    if (mkdir(d, 0755) < 0 || chown(d, owner, owner) < 0) {
       sbx__make_error(err, errno, SBX_E_IO, "create `%s`", d);
       free(user_data);
       return NULL;

@@ -38,6 +38,11 @@ const char *sbx_state_name(int state)
   }
 }
 
+static bool rootless_spares(const struct sbx_backend_ops *ops, const struct sbx_config *cfg)
+{
+  return geteuid() != 0 && cfg->spares > 0 && ops && strcmp(ops->name, "linux") == 0;
+}
+
 /* A provider over home (created if missing), with its spare pool over home/spare. */
 static struct sbx_provider_s *provider_new(const char *home, const struct sbx_config *cfg,
                                            sbx_error_t *err)
@@ -51,6 +56,12 @@ static struct sbx_provider_s *provider_new(const char *home, const struct sbx_co
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
+  if (rootless_spares(p->pool.ops, cfg)) {
+    /* adopting a spare enters its namespaces as host root (adopt.c): none to take rootless */
+    sbx__log(SBX_LOG_WARNING, "sandbox.spares needs root: rootless sandboxes are launched "
+                              "without spares (docs/hosts.md, Rootless)");
+    return p;
+  }
   p->spares = sbx__spares_new(p->pool.home, cfg, err);
   if (p->spares == NULL) {
     sbx_provider_free(p);
@@ -64,7 +75,7 @@ sbx_provider_t *sbx_provider_new(const char *home, const struct sbx_config *cfg,
   if (home == NULL || *home == '\0')
     home = getenv("SBX_HOME");
   if (home == NULL || *home == '\0')
-    home = ".sbx";
+    home = sbx__default_home();
   return provider_new(home, cfg, err);
 }
 
@@ -229,7 +240,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
     cleanup_free char *key = sbx__spare_key(&p->pool, o);
     adopted = key && sbx__spare_take(p->spares, key, in);
   }
-  if (sbx__instance_register(sb, adopted, err) < 0)
+  if ((in->ops->precheck && in->ops->precheck(in, err) < 0) ||
+      sbx__instance_register(sb, adopted, err) < 0)
     goto fail;
   if (pool >= 0)
     close(steal_fd(&pool));

@@ -363,6 +363,8 @@ char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thr
                              sbx_error_t *err)
 {
   const char *parts[] = {"users", user, "threads", thread, "user-data"};
+  if (geteuid() != 0)
+    owner = geteuid(); /* rootless: root inside is the user, and it can give nothing away */
   cleanup_close int fd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "open `%s`", home), NULL;

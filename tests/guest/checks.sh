@@ -7,6 +7,8 @@
 #   container  a cgroup namespace rooted at the caller's own populated cgroup, cgroup2 mounted
 #              in it (Docker --privileged, a privileged pod): works, inside the pod's cgroup
 #   readonly   cgroup2 mounted read-only: a clear refusal, or a warning with cgroup_required false
+#   rootless   an ordinary user with its user manager: doctor, exec, the files its own, limits in
+#              a scope of user@.service
 set -u
 B=$(realpath "$1")
 fails=0
@@ -113,11 +115,46 @@ if [[ -d /run/systemd/system ]]; then
   sbx down > /dev/null 2>&1
 fi
 
-# an ordinary user: no sandbox yet (rootless is not supported), and doctor says so
-out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$B/sbx" --home /tmp doctor 2>&1)
-[[ $? == 1 && $out == *"sbx needs root"* ]] && ok "nonroot: doctor fails naming root" || bad "nonroot: doctor: $out"
-out=$(cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups "$B/sbx" --home /tmp/nobody-home run -- true 2>&1)
-[[ $? == 1 && $out == *"sbx doctor"* ]] && ok "nonroot: a create fails pointing to doctor: $out" || bad "nonroot: run: $out"
+# rootless: an ordinary user (made here: the guest's root is a throw-away overlay) with its
+# user manager (user@.service, which delegates cpu, memory and pids) and a copy of the binaries
+# it can reach (the checkout may be below root's 0700 home)
+if useradd -m -s /bin/bash sbxuser 2>/dev/null || id sbxuser > /dev/null 2>&1; then
+  uid=$(id -u sbxuser)
+  rb=$(mktemp -d /tmp/sbx-rl-bin.XXXX)
+  cp "$B/sbx" "$B/sbx-init" "$rb/" && chmod 755 "$rb" "$rb/sbx" "$rb/sbx-init"
+  chmod 644 "$W/limits.yaml" && chmod 755 "$W"
+  systemctl start "user@$uid.service" 2>/dev/null
+  as_user() {
+    setpriv --reuid="$uid" --regid="$uid" --init-groups env -i HOME=/home/sbxuser PATH="$PATH" \
+      XDG_RUNTIME_DIR="/run/user/$uid" "$@"
+  }
+  out=$(as_user "$rb/sbx" doctor 2>&1)
+  [[ $? == 0 && $out == *"rootless mode"* ]] && ok "rootless: doctor: sandboxes can start" || bad "rootless: doctor: $out"
+  echo "$out"
+  out=$(as_user "$rb/sbx" exec -t a -- 'id -u; echo x > /mnt/user-data/outputs/f' 2>&1)
+  f=/home/sbxuser/.local/state/sbx/users/default/threads/a/user-data/outputs/f
+  [[ $out == 0 && $(stat -c %u "$f" 2>/dev/null) == "$uid" ]] && ok "rootless: exec as root inside, files the user's on the host" ||
+    bad "rootless: exec: $out; $(stat -c %u "$f" 2>&1)"
+  ubase=/sys/fs/cgroup/user.slice/user-$uid.slice/user@$uid.service
+  if [[ -S /run/user/$uid/systemd/private ]]; then
+    out=$(as_user "$rb/sbx" --config "$W/limits.yaml" exec -t l -- echo hi 2>&1)
+    scope=$(ls -d "$ubase"/sbx.slice/sbx-*.scope 2>/dev/null | head -1)
+    [[ $out == hi && -n $scope && $(cat "$scope/memory.max") == 134217728 && $(cat "$scope/pids.max") == 64 ]] &&
+      ok "rootless: limits through the user's manager in $scope" || bad "rootless: limits: $out; ${scope:-no scope in $ubase/sbx.slice}"
+    out=$(as_user "$rb/sbx" --config "$W/limits.yaml" exec -t l -- 'python3 -c "b=bytearray(512<<20); print(len(b))"' 2>&1)
+    [[ $out != *536870912* ]] && ok "rootless: 512 MiB hog stopped at 128 MiB" || bad "rootless: hog ran: $out"
+  else
+    out=$(as_user "$rb/sbx" exec -t l -- echo hi 2>&1)
+    [[ $out == *hi* && $out == *"WITHOUT a cgroup"* ]] && ok "rootless: no user manager: runs with the warning" || bad "rootless: $out"
+    echo "rootless: user@$uid.service did not start: $(systemctl status "user@$uid.service" 2>&1 | tail -3)"
+  fi
+  as_user "$rb/sbx" down > /dev/null 2>&1
+  [[ -z $(ls -d "$ubase"/sbx.slice/sbx-*.scope 2>/dev/null) ]] && ok "rootless: down removes the scopes" || bad "rootless: scopes left"
+  systemctl stop "user@$uid.service" 2>/dev/null
+  rm -rf "$rb"
+else
+  bad "rootless: useradd failed"
+fi
 
 echo "checks: $fails failed"
 [[ $fails == 0 ]]

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The guest's job (boot.sh's command): checks.sh, then the integration suite against the release
 # build, as root:  suite.sh SOURCE_DIR BUILD_DIR quick|full
-#   quick  the linux backend's contract, limits and lifecycle tests plus test_hosts.py (the
-#          subset CI runs: under TCG ~7x slower than on the host)
+#   quick  the linux backend's contract, limits and lifecycle tests plus test_hosts.py and
+#          test_rootless.py (the subset CI runs: under TCG ~7x slower than on the host)
 #   full   the whole integration suite
 set -u
 src=$1 build=$2 mode=${3:-quick}
@@ -10,7 +10,7 @@ rc=0
 bash "$src/tests/guest/checks.sh" "$build" || rc=1
 case $mode in
   quick) tests=(tests/integration/test_lifecycle.py tests/integration/test_exec.py
-                tests/integration/test_hosts.py) ;;
+                tests/integration/test_hosts.py tests/integration/test_rootless.py) ;;
   full) tests=(tests/integration) ;;
   *) echo "suite.sh: unknown mode $mode" >&2; exit 2 ;;
 esac

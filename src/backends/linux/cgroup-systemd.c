@@ -5,8 +5,9 @@
  * whose cgroups systemd manages this keeps systemd's tree its own; the sandboxes live in their
  * slice, not in the front-end's unit: they outlive it, by design (docs/hosts.md).
  *
- * D-Bus here is the wire protocol alone, on systemd's private socket (root only, peer to peer:
- * no bus daemon needed): EXTERNAL authentication, one method call, its reply. */
+ * D-Bus here is the wire protocol alone, on systemd's private socket (root's manager's, or for
+ * an ordinary user its own user manager's; peer to peer: no bus daemon needed): EXTERNAL
+ * authentication, one method call, its reply. */
 #include "linux.h"
 
 #include <fcntl.h>
@@ -225,15 +226,32 @@ static int recv_all(int fd, sbx_buf_t *in, size_t want, sbx_error_t *err)
   return 0;
 }
 
+/* root's manager, or an ordinary user's own (user@.service, which Debian 12 delegates cpu,
+ * memory and pids): its private socket in $XDG_RUNTIME_DIR (default /run/user/<uid>) */
+char *sbx__systemd_socket(void)
+{
+  if (geteuid() == 0)
+    return xstrdup(SYSTEMD_PRIVATE);
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  if (rt && rt[0] == '/')
+    return xasprintf("%s/systemd/private", rt);
+  return xasprintf("/run/user/%u/systemd/private", (unsigned) geteuid());
+}
+
 static int dbus_connect(sbx_error_t *err)
 {
+  cleanup_free char *path = sbx__systemd_socket();
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = SYSTEMD_PRIVATE};
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
   if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
     int e = errno;
     if (fd >= 0)
       close(fd);
-    return sbx__make_error(err, e, SBX_E_UNSUPPORTED, "connect to systemd at " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, e, SBX_E_UNSUPPORTED, "connect to systemd at %s%s", path,
+                           geteuid() ? " (the user's manager: is user@.service running? "
+                                       "`loginctl enable-linger` starts it)"
+                                     : "");
   }
   char uid[16], hex[40] = "", line[128];
   snprintf(uid, sizeof uid, "%u", (unsigned) geteuid());
@@ -243,7 +261,7 @@ static int dbus_connect(sbx_error_t *err)
   sbx_buf_t in = {0};
   if (sbx__write_all(fd, line, (size_t) n) < 0) {
     close(fd);
-    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to %s", path);
   }
   while (memchr(in.data ? in.data : "", '\n', in.len) == NULL) {
     if (recv_all(fd, &in, in.len + 1, err) < 0 || in.len > 512) {
@@ -334,7 +352,7 @@ int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name,
   int r = sbx__write_all(fd, msg.data, msg.len);
   sbx__buf_free(&msg);
   if (r < 0)
-    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to " SYSTEMD_PRIVATE);
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to systemd");
   sbx_buf_t in = {0};
   for (;;) {
     size_t total;

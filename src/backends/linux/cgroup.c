@@ -190,6 +190,15 @@ int sbx__cgroup_auto_manager(void)
    * no systemd at all, the tree below our cgroup is ours to manage */
   if (!unified_host() || access("/run/systemd/system", F_OK) < 0)
     return SBX_CGM_CGROUPFS;
+  if (geteuid() != 0) {
+    /* an ordinary user: its own manager if it runs (user@.service delegates to it), unless our
+     * cgroup is delegated to us directly */
+    cleanup_free char *sock = sbx__systemd_socket();
+    cleanup_free char *own = sbx__cgroup_v2_base(NULL);
+    if (own && sbx__cgroup_delegated(own) && access(own, W_OK) == 0)
+      return SBX_CGM_CGROUPFS;
+    return access(sock, F_OK) == 0 ? SBX_CGM_SYSTEMD : SBX_CGM_CGROUPFS;
+  }
   cleanup_free char *base = sbx__cgroup_v2_base(NULL);
   if (base == NULL || strcmp(base, CG_ROOT) == 0 || sbx__cgroup_delegated(base))
     return SBX_CGM_CGROUPFS;

@@ -23,9 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+extern char **environ;
 
 /* One decimal field: digits only (no sign, no space), at most 20 of them; *end past it. */
 static bool subid_number(const char *p, const char **end, unsigned long long *v)
@@ -53,6 +56,32 @@ bool sbx__subids_overlap(const char *text, uint32_t first, uint32_t count)
     /* [a, a + n) meets [lo, hi); a + n may wrap: then it reaches past hi */
     if (entry && n > 0 && a < hi && (a + n < a || a + n > lo))
       return true;
+    line = *nl ? nl + 1 : nl;
+  }
+  return false;
+}
+
+bool sbx__subids_find(const char *text, const char *name, uint32_t uid, uint32_t min,
+                      uint32_t *first, uint32_t *count)
+{
+  char uidtext[16];
+  snprintf(uidtext, sizeof uidtext, "%u", (unsigned) uid);
+  for (const char *line = text; *line;) {
+    const char *nl = strchrnul(line, '\n');
+    const char *c = memchr(line, ':', (size_t) (nl - line));
+    unsigned long long a, n;
+    const char *e;
+    if (c && subid_number(c + 1, &e, &a) && *e == ':' && subid_number(e + 1, &e, &n) && e == nl) {
+      size_t k = (size_t) (c - line);
+      bool who = (name && strlen(name) == k && memcmp(line, name, k) == 0) ||
+                 (strlen(uidtext) == k && memcmp(line, uidtext, k) == 0);
+      /* the whole range must be ids a map can name (below 2^32 - 1) */
+      if (who && n >= min && n <= UINT32_MAX && a + n < UINT32_MAX) {
+        *first = (uint32_t) a;
+        *count = (uint32_t) n;
+        return true;
+      }
+    }
     line = *nl ? nl + 1 : nl;
   }
   return false;
@@ -169,4 +198,155 @@ int sbx__tree_idmap(int tree, int userns)
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
   return (int) syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
                        sizeof attr);
+}
+
+/* ---- rootless ----
+ *
+ * An ordinary user's sandbox maps root inside to the user (so what it writes in the thread
+ * folder is the user's on the host) and, when /etc/subuid and /etc/subgid give the user
+ * subordinate ids and newuidmap/newgidmap are there to map them, ids 1..65535 inside to a slice
+ * of its own of them: SBX_UID_COUNT - 1 ids per slot, a slot taken by an flock as for root's
+ * ranges, in a folder of the user's ($XDG_RUNTIME_DIR/sbx/id-ranges, else id-ranges in the
+ * state folder's home), never /run/sbx. Once every slot is taken the last one is shared by
+ * the sandboxes beyond them (root inside is the same user in all of them anyway; their ids
+ * only keep the kernel's per-user budgets apart). Without them the user alone is mapped: files of
+ * other ids inside show as nobody, and chown to them fails (what `sbx doctor` says). */
+
+#define SUB_SLOT (SBX_UID_COUNT - 1)
+
+static char *rootless_range_dir(const struct sbx_launch_spec *s)
+{
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  struct stat st;
+  if (rt && rt[0] == '/' && stat(rt, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+    return xasprintf("%s/sbx", rt);
+  /* <home>/sandboxes/<id>: the home's own */
+  char *home = xstrdup(s->state_dir);
+  for (int i = 0; i < 2; i++) {
+    char *slash = strrchr(home, '/');
+    if (slash && slash != home)
+      *slash = '\0';
+  }
+  return home;
+}
+
+static bool find_tool(const char *name)
+{
+  const char *path = getenv("PATH");
+  cleanup_free char *dirs = xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+  char *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    cleanup_free char *p = xasprintf("%s/%s", d, name);
+    if (access(p, X_OK) == 0)
+      return true;
+  }
+  return false;
+}
+
+static bool sub_entry(const char *file, const char *name, uint32_t uid, uint32_t *first,
+                      uint32_t *count)
+{
+  cleanup_free char *text = NULL;
+  if (sbx__read_file_at(AT_FDCWD, file, 1 << 20, &text, NULL) < 0)
+    return false;
+  return sbx__subids_find(text, name, uid, SUB_SLOT, first, count);
+}
+
+int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  s->uid_base = (uint32_t) geteuid();
+  s->uid_count = 1;
+  s->sub_uid = s->sub_gid = 0;
+  uint32_t ufirst, ucount, gfirst, gcount;
+  if (!sub_entry("/etc/subuid", s->user_name, (uint32_t) geteuid(), &ufirst, &ucount) ||
+      !sub_entry("/etc/subgid", s->user_name, (uint32_t) getegid(), &gfirst, &gcount) ||
+      !find_tool("newuidmap") || !find_tool("newgidmap"))
+    return SBX_IDS_SINGLE;
+  uint32_t slots = (ucount < gcount ? ucount : gcount) / SUB_SLOT;
+  cleanup_free char *parent = rootless_range_dir(s);
+  cleanup_free char *dir = xasprintf("%s/id-ranges", parent);
+  if ((mkdir(parent, 0700) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST))
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", dir);
+  cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s`", dir);
+  for (uint32_t i = 0; i < slots; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "sub-%u", ufirst + i * SUB_SLOT);
+    int fd = openat(dfd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s/%s`", dir, name);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      s->uid_count = SBX_UID_COUNT;
+      s->sub_uid = ufirst + i * SUB_SLOT;
+      s->sub_gid = gfirst + i * SUB_SLOT;
+      return fd;
+    }
+    int e = errno;
+    close(fd);
+    if (e != EWOULDBLOCK)
+      return sbx__make_error(err, e, SBX_E_INTERNAL, "lock `%s/%s`", dir, name);
+  }
+  /* every slot taken: the last one is shared (docs/hosts.md: a user's sandboxes beyond its
+   * slots share ids; sbx doctor counts the slots) */
+  uint32_t last = slots - 1;
+  s->uid_count = SBX_UID_COUNT;
+  s->sub_uid = ufirst + last * SUB_SLOT;
+  s->sub_gid = gfirst + last * SUB_SLOT;
+  return SBX_IDS_SHARED;
+}
+
+static int write_proc(pid_t pid, const char *file, const char *text, sbx_error_t *err)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, file);
+  cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t) strlen(text))
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
+                           "write %s (an ordinary user's user namespace): run `sbx doctor`", path);
+  return 0;
+}
+
+static int run_map_tool(const char *tool, pid_t pid, uint32_t own, uint32_t sub, sbx_error_t *err)
+{
+  char p[16], o[16], f[16], n[16];
+  snprintf(p, sizeof p, "%d", (int) pid);
+  snprintf(o, sizeof o, "%u", (unsigned) own);
+  snprintf(f, sizeof f, "%u", (unsigned) sub);
+  snprintf(n, sizeof n, "%u", (unsigned) SUB_SLOT);
+  char zero[] = "0", one[] = "1";
+  char *argv[] = {(char *) tool, p, zero, o, one, one, f, n, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t child;
+  int r = posix_spawnp(&child, tool, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (r != 0)
+    return sbx__make_error(err, r, SBX_E_UNSUPPORTED, "run %s: run `sbx doctor`", tool);
+  int status = 0;
+  TEMP_FAILURE_RETRY(waitpid(child, &status, 0));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
+                           "%s %s 0 %s 1 1 %s %s failed (status %d): /etc/subuid and /etc/subgid "
+                           "must grant those ids; run `sbx doctor`",
+                           tool, p, o, f, n, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return 0;
+}
+
+int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_t *err)
+{
+  if (s->uid_count > 1)
+    return run_map_tool("newuidmap", pid, (uint32_t) geteuid(), s->sub_uid, err) < 0 ||
+                   run_map_tool("newgidmap", pid, (uint32_t) getegid(), s->sub_gid, err) < 0
+               ? -1
+               : 0;
+  /* the user alone: an unprivileged writer may map only its own ids, and its gid only once
+   * setgroups is denied (else it could drop a group that denies it a file) */
+  char map[64];
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned) geteuid());
+  if (write_proc(pid, "uid_map", map, err) < 0 || write_proc(pid, "setgroups", "deny", err) < 0)
+    return -1;
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned) getegid());
+  return write_proc(pid, "gid_map", map, err);
 }

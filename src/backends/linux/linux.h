@@ -42,6 +42,22 @@ int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t
 int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
                         sbx_error_t *err);
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
+/* Rootless (the launcher is not root): the user's own slice of its /etc/subuid and /etc/subgid
+ * ranges when it has them and newuidmap/newgidmap are installed (fills s->uid_count, sub_uid,
+ * sub_gid; returns the slot's locked fd, kept by the sandbox's PID 1, or SBX_IDS_SHARED), else
+ * SBX_IDS_SINGLE
+ * (uid_count 1: the user alone, as root inside). s->uid_base is the user's uid. */
+#define SBX_IDS_SINGLE (-2)
+#define SBX_IDS_SHARED (-3) /* every slot taken: the last one, shared (no lock) */
+struct sbx_launch_spec;
+int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err);
+/* Writes pid's uid and gid maps for s (rootless): directly for the single mapping, through
+ * newuidmap/newgidmap for a subordinate range. */
+int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_t *err);
+/* In an /etc/subuid-style text, the first entry for name or uid ("name:first:count" or
+ * "uid:first:count") with a count of at least min: true and *first, *count. */
+bool sbx__subids_find(const char *text, const char *name, uint32_t uid, uint32_t min,
+                      uint32_t *first, uint32_t *count);
 /* Idmaps a detached mount (recursively) with that namespace. */
 int sbx__tree_idmap(int tree, int userns);
 /* The host uid that owns a sandbox's user namespace: this base plus the host pid of its init,
@@ -78,12 +94,18 @@ struct sbx_launch_spec {
   int cgroup_manager;     /* SBX_CGM_* */
   bool cgroup_required;   /* refuse to start without a cgroup (else: warn, run unlimited) */
   char *cgroup_slice;     /* the systemd manager's slice; NULL = sbx.slice */
+  char *user_name;        /* the caller's login name (its /etc/subuid entry), or NULL */
   struct sbx_launch_mount *mounts;
   size_t n_mounts;
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
   int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
   int layers_fd;     /* an image's: user namespace mapping 0.. onto the range, or -1 */
+  /* launcher only: an ordinary user's sandbox (ids.c: every namespace is made at once, in a
+   * user namespace mapping root inside to the user, plus uid_count - 1 subordinate ids from
+   * sub_uid/sub_gid up when uid_count > 1) */
+  bool rootless;
+  uint32_t uid_count, sub_uid, sub_gid;
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
@@ -182,6 +204,8 @@ char *sbx__cgroup_v2_missing(const char *dir);
  * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
 int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
                               char **path_out, sbx_error_t *err);
+/* The systemd manager's private socket for this caller (root's, or the user's own). */
+char *sbx__systemd_socket(void);
 /* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
  * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
  * it is an error), 1 if it is some other message, -1 if malformed. */

@@ -23,6 +23,7 @@ enum {
   L_CG_MANAGER,
   L_CG_REQUIRED,
   L_CG_SLICE,
+  L_USER_NAME,
 };
 
 void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
@@ -45,6 +46,8 @@ void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
   sbx__tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
   if (s->cgroup_slice)
     sbx__tlv_put_str(&w, L_CG_SLICE, s->cgroup_slice);
+  if (s->user_name)
+    sbx__tlv_put_str(&w, L_USER_NAME, s->user_name);
   for (size_t i = 0; i < s->n_mounts; i++) {
     sbx__tlv_put_str(&w, L_MOUNT_HOST, s->mounts[i].host);
     sbx__tlv_put_str(&w, L_MOUNT_CONTAINER, s->mounts[i].container);
@@ -74,7 +77,8 @@ int sbx__launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s
   uint64_t mgr, req;
   if (sbx__tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
       sbx__tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||
-      sbx__tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0)
+      sbx__tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0 ||
+      sbx__tlv_get_str(p, len, L_USER_NAME, &s->user_name) < 0)
     goto bad;
   s->cgroup_manager = (int) mgr;
   s->cgroup_required = req != 0;
@@ -113,6 +117,7 @@ void sbx__launch_spec_free(struct sbx_launch_spec *s)
   free(s->image);
   free(s->layers);
   free(s->cgroup_slice);
+  free(s->user_name);
   for (size_t i = 0; i < s->n_mounts; i++) {
     free(s->mounts[i].host);
     free(s->mounts[i].container);

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
@@ -51,6 +52,11 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
                                                      : SBX_CGM_AUTO;
   s->cgroup_required = c->cgroup_required;
   s->cgroup_slice = c->cgroup_slice;
+  /* rootless: the launcher (static, without NSS) finds the user's /etc/subuid entry by it */
+  struct passwd pwd, *pw = NULL;
+  char pwbuf[4096];
+  if (geteuid() != 0 && getpwuid_r(geteuid(), &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw)
+    s->user_name = xstrdup(pw->pw_name);
   s->n_mounts = c->n_mounts + in->n_extra_mounts;
   s->mounts = xzalloc((s->n_mounts + 1) * sizeof *s->mounts);
   for (size_t i = 0; i < s->n_mounts; i++) {
@@ -184,12 +190,28 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   return ret;
 }
 
+/* What an ordinary user's sandbox cannot have, one line each (docs/hosts.md, "Rootless"). */
+static int linux_precheck(const struct sbx_instance *in, sbx_error_t *err)
+{
+  if (geteuid() == 0)
+    return 0;
+  const struct sbx_config *c = in->cfg;
+  const char *image = in->meta.image ? in->meta.image : c->image ? c->image : "host";
+  const char *what = c->user_data_size_mib ? "sandbox.user_data_size_mib (a loop-mounted quota)"
+                     : c->disk_mib         ? "sandbox.disk_mib (a loop-mounted disk)"
+                     : strcmp(image, "host") != 0
+                         ? "an image root (its layers are owned by ids an ordinary user cannot map)"
+                         : NULL;
+  if (what == NULL)
+    return 0;
+  return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
+                         "%s needs root: rootless sandboxes cannot have it (run sbx as root, or "
+                         "drop the setting; `sbx doctor` lists what works rootless)",
+                         what);
+}
+
 static int linux_create(struct sbx_instance *in, const char *user_data, sbx_error_t *err)
 {
-  if (geteuid() != 0)
-    return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
-                           "the linux backend needs root (rootless sandboxes are not supported "
-                           "yet): run `sbx doctor`");
   if (in->cfg->user_data_size_mib && user_data[0] != '\0' &&
       sbx__user_data_image(user_data, in->cfg->user_data_size_mib << 20, err) < 0)
     return -1;
@@ -198,6 +220,7 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   fill_spec(in, user_data, &spec, &canon);
   if (image_layers(in, &spec, err) < 0) {
     free(spec.mounts);
+    free(spec.user_name);
     sbx__strv_free(&canon);
     return -1;
   }
@@ -205,6 +228,7 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   sbx__launch_spec_encode(&spec, &payload);
   free(spec.mounts);
   free(spec.layers);
+  free(spec.user_name);
   sbx__strv_free(&canon);
 
   int sv[2];
@@ -443,6 +467,7 @@ const struct sbx_backend_ops sbx__backend_linux = {
     .name = "linux",
     .data_owner = SBX_UID_BASE,
     .create = linux_create,
+    .precheck = linux_precheck,
     .destroy = linux_destroy,
     .alive = linux_alive,
     .memory = linux_memory,

@@ -5,7 +5,11 @@
 #include <sbx/sbx.h>
 
 #include <fcntl.h>
+#include <pwd.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -78,23 +82,176 @@ static void check_kernel(struct report *r)
        "sandbox's cgroup itself before it starts anything)");
 }
 
-static void check_privilege(struct report *r)
+static int write_proc_self(const char *file, const char *text)
+{
+  cleanup_close int fd = open(file, O_WRONLY | O_CLOEXEC);
+  return fd >= 0 && write(fd, text, strlen(text)) == (ssize_t) strlen(text) ? 0 : -1;
+}
+
+/* The real thing, in a child: a user namespace of our own, its map, then the namespaces and a
+ * mount in it, as the launcher makes them. Returns the step that failed ("" = none). */
+static const char *probe_userns(int *saved)
+{
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0)
+    return *saved = errno, "pipe";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    char step = 0;
+    char map[64];
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    if (unshare(CLONE_NEWUSER) < 0)
+      step = 'u';
+    else if (snprintf(map, sizeof map, "0 %u 1\n", (unsigned) uid) < 0 ||
+             write_proc_self("/proc/self/uid_map", map) < 0)
+      step = 'm';
+    else if (snprintf(map, sizeof map, "0 %u 1\n", (unsigned) gid) < 0 ||
+             write_proc_self("/proc/self/setgroups", "deny") < 0 ||
+             write_proc_self("/proc/self/gid_map", map) < 0)
+      step = 'g';
+    else if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
+      step = 'n';
+    else if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+             mount("sbx-doctor", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") < 0)
+      step = 't';
+    int e = errno;
+    if (step)
+      (void) !write(pipefd[1], &e, sizeof e);
+    _exit(step);
+  }
+  close(pipefd[1]);
+  int status = 0;
+  if (pid > 0 && read(pipefd[0], saved, sizeof *saved) != (ssize_t) sizeof *saved)
+    *saved = 0;
+  close(pipefd[0]);
+  if (pid < 0)
+    return *saved = errno, "fork";
+  TEMP_FAILURE_RETRY(waitpid(pid, &status, 0));
+  switch (WIFEXITED(status) ? WEXITSTATUS(status) : 1) {
+  case 0:
+    return "";
+  case 'u':
+    return "unshare(CLONE_NEWUSER)";
+  case 'm':
+    return "write uid_map";
+  case 'g':
+    return "write gid_map";
+  case 'n':
+    return "unshare the mount, pid, net, ipc and uts namespaces";
+  case 't':
+    return "mount a tmpfs";
+  default:
+    return "the probe died";
+  }
+}
+
+static bool tool_on_path(const char *name)
+{
+  const char *path = getenv("PATH");
+  cleanup_free char *dirs = xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+  char *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    cleanup_free char *p = xasprintf("%s/%s", d, name);
+    if (access(p, X_OK) == 0)
+      return true;
+  }
+  return false;
+}
+
+static bool subids_of(const char *file, const char *name, uid_t id, uint32_t *first,
+                      uint32_t *count)
+{
+  cleanup_free char *text = NULL;
+  return sbx__read_file_at(AT_FDCWD, file, 1 << 20, &text, NULL) == 0 &&
+         sbx__subids_find(text, name, (uint32_t) id, SBX_UID_COUNT - 1, first, count);
+}
+
+/* An ordinary user: what rootless mode needs, one line each with its fix. */
+static void check_rootless(struct report *r, const char *home)
 {
   uid_t uid = geteuid();
-  line(r, uid == 0 ? OK : FAIL, "user", "run sbx and sbxd as root (sudo, or a system service)",
-       "uid %u%s", (unsigned) uid,
-       uid == 0 ? "" : ": sbx needs root today (rootless sandboxes are not supported yet)");
+  struct passwd pwd, *pw = NULL;
+  char pwbuf[4096];
+  const char *name =
+      getpwuid_r(uid, &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw ? pw->pw_name : NULL;
+  line(r, OK, "user", NULL,
+       "uid %u (%s): rootless mode, root inside a sandbox is you; refused as needing root: "
+       "user_data_size_mib, disk_mib, image roots, spares, per-sandbox host ids without "
+       "/etc/subuid",
+       (unsigned) uid, name ? name : "no passwd entry");
   cleanup_free char *max = read_trim("/proc/sys/user/max_user_namespaces");
   long n = max ? strtol(max, NULL, 10) : -1;
-  line(r, n > 0 ? OK : FAIL, "user ns", "sysctl -w user.max_user_namespaces=65536",
+  line(r, n > 0 ? OK : FAIL, "user ns", "sysctl -w user.max_user_namespaces=15000 (as root)",
        "user.max_user_namespaces = %s", max ? max : "unknown (no /proc/sys/user)");
   cleanup_free char *unpriv = read_trim("/proc/sys/kernel/unprivileged_userns_clone");
   if (unpriv)
-    line(r, INFO, "", NULL, "kernel.unprivileged_userns_clone = %s (only rootless needs it)",
-         unpriv);
+    line(r, strcmp(unpriv, "0") == 0 ? FAIL : OK, "",
+         "sysctl -w kernel.unprivileged_userns_clone=1 (as root)",
+         "kernel.unprivileged_userns_clone = %s%s", unpriv,
+         strcmp(unpriv, "0") == 0 ? ": ordinary users may not create user namespaces" : "");
   cleanup_free char *apparmor = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
   if (apparmor)
-    line(r, INFO, "", NULL, "kernel.apparmor_restrict_unprivileged_userns = %s", apparmor);
+    line(r, strcmp(apparmor, "1") == 0 ? FAIL : OK, "apparmor",
+         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (as root), or an AppArmor "
+         "profile with `userns,` for sbx-init (docs/hosts.md)",
+         "kernel.apparmor_restrict_unprivileged_userns = %s%s", apparmor,
+         strcmp(apparmor, "1") == 0
+             ? ": AppArmor denies unconfined programs capabilities in a user namespace"
+             : "");
+  int saved = 0;
+  const char *step = probe_userns(&saved);
+  line(r, *step ? FAIL : OK, "", "see the lines above; docs/hosts.md, Rootless", "%s%s%s%s",
+       *step ? "a user namespace with its own mounts FAILED: " : "",
+       *step ? step : "a user namespace with mount, pid, net, ipc and uts namespaces works",
+       *step && saved ? ": " : "", *step && saved ? strerror(saved) : "");
+  bool tools = tool_on_path("newuidmap") && tool_on_path("newgidmap");
+  uint32_t uf = 0, uc = 0, gf = 0, gc = 0;
+  bool subuid = subids_of("/etc/subuid", name, uid, &uf, &uc);
+  bool subgid = subids_of("/etc/subgid", name, getegid(), &gf, &gc);
+  if (tools && subuid && subgid) {
+    uint32_t slots = (uc < gc ? uc : gc) / (SBX_UID_COUNT - 1);
+    line(r, OK, "subids", NULL,
+         "newuidmap and /etc/subuid %u:%u: ids 1-65535 inside map to a range of their own for "
+         "%u sandbox%s at once (more share the last range)",
+         uf, uc, slots, slots == 1 ? "" : "es");
+  } else {
+    line(r, WARN, "subids",
+         !tools ? "apt-get install uidmap (newuidmap, newgidmap)"
+                : "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER (as "
+                  "root; a range no other user has)",
+         "%s: only you are mapped (root inside); files of other ids show as nobody and chown to "
+         "them fails (apt, useradd inside)",
+         !tools ? "no newuidmap/newgidmap" : "no /etc/subuid and /etc/subgid entry of 65535+ ids");
+  }
+  const char *h = home && *home ? home : getenv("SBX_HOME");
+  if (h == NULL || *h == '\0')
+    h = sbx__default_home();
+  struct statvfs v;
+  if (statvfs(h, &v) == 0) {
+    bool noexec = v.f_flag & ST_NOEXEC;
+    line(r, noexec ? WARN : OK, "state",
+         "--home (or $SBX_HOME) on a file system mounted without noexec", "%s%s%s", h,
+         noexec ? " is on a noexec mount: programs in /mnt/user-data cannot run" : "",
+         v.f_flag & ST_NOSUID ? " (nosuid: fine, sandbox mounts are nosuid anyway)" : "");
+  } else {
+    line(r, WARN, "state", "create it, or pass --home", "%s: %s", h, strerror(errno));
+  }
+}
+
+static void check_privilege(struct report *r, const char *home)
+{
+  uid_t uid = geteuid();
+  if (uid != 0) {
+    check_rootless(r, home);
+  } else {
+    line(r, OK, "user", NULL, "uid 0");
+    cleanup_free char *max = read_trim("/proc/sys/user/max_user_namespaces");
+    long n = max ? strtol(max, NULL, 10) : -1;
+    line(r, n > 0 ? OK : FAIL, "user ns", "sysctl -w user.max_user_namespaces=65536",
+         "user.max_user_namespaces = %s", max ? max : "unknown (no /proc/sys/user)");
+  }
   /* the launcher raises RLIMIT_NOFILE and needs these to build sandboxes */
   int seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
   cleanup_free char *actions = read_trim("/proc/sys/kernel/seccomp/actions_avail");
@@ -135,11 +292,13 @@ static void check_cgroups_v2(struct report *r, const struct sbx_config *cfg, int
                  (strcmp(conf, "auto") == 0 && sbx__cgroup_auto_manager() == SBX_CGM_SYSTEMD);
   if (systemd) {
     const char *slice = cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice";
-    bool sock = access("/run/systemd/private", W_OK) == 0;
+    cleanup_free char *sockpath = sbx__systemd_socket();
+    bool sock = access(sockpath, W_OK) == 0;
     line(r, sock ? OK : bad, "cgroup", "run systemd, or set sandbox.cgroup_manager: cgroupfs",
-         "unified (v2); we are in `%s`, not delegated to us: cgroup_manager %s is systemd, "
-         "sandboxes are transient scopes in %s (outside our unit: they outlive it)%s",
-         own, conf, slice, sock ? "" : "; /run/systemd/private is not reachable");
+         "unified (v2); we are in `%s`, not delegated to us: cgroup_manager %s is systemd%s, "
+         "sandboxes are transient scopes in %s (outside our unit: they outlive it)%s%s",
+         own, conf, geteuid() ? " (the user's manager, user@.service)" : "", slice,
+         sock ? "" : "; not reachable: ", sock ? "" : sockpath);
     line(r, INFO, "", NULL,
          "to bound sandboxes by the front-end's unit instead, give the unit "
          "Delegate=yes (docs/hosts.md)");
@@ -214,16 +373,27 @@ static void check_cgroups_v1(struct report *r, const struct sbx_config *cfg, int
       }
     }
     bool ro = readonly_mount(mnt);
-    line(r, ro ? bad : OK, "", "mount the cgroup controllers read-write", "%s at %s%s", ctrls[i],
-         mnt, ro ? " is read-only: no cgroup for sandboxes" : "");
+    bool user = !ro && geteuid() != 0 && access(mnt, W_OK) < 0;
+    line(r, ro || user ? bad : OK, "",
+         user ? "boot with cgroup v2 under systemd (user@.service delegates), or run as root"
+              : "mount the cgroup controllers read-write",
+         "%s at %s%s", ctrls[i], mnt,
+         ro     ? " is read-only: no cgroup for sandboxes"
+         : user ? " is not writable by this user: sandboxes run WITHOUT this limit"
+                : "");
   }
 }
 
 char *sbx_doctor(const struct sbx_config *cfg, int *failures)
 {
+  return sbx_doctor_home(cfg, NULL, failures);
+}
+
+char *sbx_doctor_home(const struct sbx_config *cfg, const char *home, int *failures)
+{
   struct report r = {0};
   check_kernel(&r);
-  check_privilege(&r);
+  check_privilege(&r, home);
   struct statfs st;
   bool none = cfg->cgroup_manager && strcmp(cfg->cgroup_manager, "none") == 0;
   int bad = cfg->cgroup_required && !none ? FAIL : WARN;

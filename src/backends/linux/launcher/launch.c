@@ -51,52 +51,11 @@ static void child_fail(int fd, sbx_error_t *err)
   _exit(1);
 }
 
-static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int listen_fd,
-                       int lease_fd)
+/* Root's launch: the user namespace comes last, owned by its own unprivileged host uid. */
+static void enter_userns(const struct sbx_launch_spec *s, unsigned owner, int sync_w, int sync_r)
 {
   sbx_error_t err = NULL;
-  cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, s->id);
-  if (sethostname(hostname, strlen(hostname)) < 0) {
-    sbx__make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
-    child_fail(sync_w, &err);
-  }
-  if (sbx__rootfs_setup(s, &err) < 0)
-    child_fail(sync_w, &err);
-  /* The launcher has been making our cgroup meanwhile; it sends 'C' and the cgroup's paths. We
-   * join it ourselves while the host's cgroup tree is still in view (cheaper than being moved,
-   * see sbx__cgroup_join_self), then leave the host's tree for the new root. */
-  char msg[4096];
-  ssize_t got = TEMP_FAILURE_RETRY(read(sync_r, msg, sizeof msg - 1));
-  if (got < 1 || msg[0] != 'C')
-    _exit(1);
-  msg[got] = '\0';
-  unsigned owner = 0;
-  if (sscanf(msg + 1, "owner=%u", &owner) != 1 || owner < SBX_OWNER_BASE)
-    _exit(1);
-  struct sbx_cgroup cg;
-  sbx__cgroup_parse(msg + 1, &cg);
-  int joined = sbx__cgroup_join_self(&cg, &err);
-  sbx__cgroup_free(&cg);
-  if (joined < 0 || sbx__rootfs_enter(s, &err) < 0)
-    child_fail(sync_w, &err);
-  if (!s->net_host) {
-    if (sbx__net_setup_loopback(&err) < 0)
-      child_fail(sync_w, &err);
-    /* root inside owns no capability over this netns: let it bind low ports anyway */
-    cleanup_close int fd =
-        open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_WRONLY | O_CLOEXEC);
-    if (fd >= 0)
-      (void) !write(fd, "0", 1);
-  }
-  if (sbx__confine_rlimits(&err) < 0)
-    child_fail(sync_w, &err);
-  /* a cgroup namespace rooted at our cgroup (the sandbox sees it as "/"), then, last, the user
-   * namespace */
   char c;
-  if (unshare(CLONE_NEWCGROUP) < 0) {
-    sbx__make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
-    child_fail(sync_w, &err);
-  }
   /* the user namespace belongs to whoever creates it: its own unprivileged host uid, not root
    * (setting only the effective uid; the namespace's root is set up below) */
   if (setresuid((uid_t) -1, owner, (uid_t) -1) < 0) {
@@ -116,6 +75,68 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
     sbx__make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
     child_fail(sync_w, &err);
   }
+}
+
+static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int listen_fd,
+                       int lease_fd)
+{
+  sbx_error_t err = NULL;
+  char c;
+  if (s->rootless) {
+    /* born in our user namespace: wait for its maps, then be its root (what the rest builds
+     * with: the ids are the namespace's own from here on) */
+    if (read(sync_r, &c, 1) != 1 || c != 'M')
+      _exit(1);
+    if (setresgid(0, 0, 0) < 0 || (s->uid_count > 1 && setgroups(0, NULL) < 0) ||
+        setresuid(0, 0, 0) < 0) {
+      sbx__make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
+      child_fail(sync_w, &err);
+    }
+    s->uid_base = 0;
+  }
+  cleanup_free char *hostname = xasprintf(SBX_HOSTNAME_FMT, s->id);
+  if (sethostname(hostname, strlen(hostname)) < 0) {
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "sethostname");
+    child_fail(sync_w, &err);
+  }
+  if (sbx__rootfs_setup(s, &err) < 0)
+    child_fail(sync_w, &err);
+  /* The launcher has been making our cgroup meanwhile; it sends 'C' and the cgroup's paths. We
+   * join it ourselves while the host's cgroup tree is still in view (cheaper than being moved,
+   * see sbx__cgroup_join_self), then leave the host's tree for the new root. */
+  char msg[4096];
+  ssize_t got = TEMP_FAILURE_RETRY(read(sync_r, msg, sizeof msg - 1));
+  if (got < 1 || msg[0] != 'C')
+    _exit(1);
+  msg[got] = '\0';
+  unsigned owner = 0;
+  if (sscanf(msg + 1, "owner=%u", &owner) != 1 || (owner < SBX_OWNER_BASE && !s->rootless))
+    _exit(1);
+  struct sbx_cgroup cg;
+  sbx__cgroup_parse(msg + 1, &cg);
+  int joined = sbx__cgroup_join_self(&cg, &err);
+  sbx__cgroup_free(&cg);
+  if (joined < 0 || sbx__rootfs_enter(s, &err) < 0)
+    child_fail(sync_w, &err);
+  if (!s->net_host) {
+    if (sbx__net_setup_loopback(&err) < 0)
+      child_fail(sync_w, &err);
+    /* root inside owns no capability over this netns: let it bind low ports anyway */
+    cleanup_close int fd =
+        open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0)
+      (void) !write(fd, "0", 1);
+  }
+  if (sbx__confine_rlimits(&err) < 0)
+    child_fail(sync_w, &err);
+  /* a cgroup namespace rooted at our cgroup (the sandbox sees it as "/"), then, last, the user
+   * namespace (rootless: we are in it already) */
+  if (unshare(CLONE_NEWCGROUP) < 0) {
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "unshare the cgroup namespace");
+    child_fail(sync_w, &err);
+  }
+  if (!s->rootless)
+    enter_userns(s, owner, sync_w, sync_r);
   if (sbx__confine(&err) < 0)
     child_fail(sync_w, &err);
   c = 'R';
@@ -147,6 +168,16 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
 static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
                   sbx_error_t *err)
 {
+  if (geteuid() != 0) {
+    /* rootless (ids.c): root inside is the user, plus a subordinate range of its own if
+     * /etc/subuid gives the user one; no idmapped mounts (the files are the user's anyway) */
+    s->rootless = true;
+    s->idmap_fd = -1;
+    cleanup_close int sub_fd = sbx__ids_rootless(s, err);
+    if (sub_fd < 0 && sub_fd != SBX_IDS_SINGLE && sub_fd != SBX_IDS_SHARED)
+      return -1;
+    return launch_in(s, out_pid, cg, err);
+  }
   /* The sandbox's own host ids: the slot's lock goes to its PID 1 (inherited, close-on-exec),
    * ours is dropped when we exit. Without idmapping (no range dir, no user namespace for it)
    * the shared range. */
@@ -196,7 +227,8 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
     return sbx__make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
   }
   unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                        (s->net_host ? 0 : CLONE_NEWNET) | SIGCHLD;
+                        (s->net_host ? 0 : CLONE_NEWNET) | (s->rootless ? CLONE_NEWUSER : 0) |
+                        SIGCHLD;
   pid_t pid = (pid_t) syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
   if (pid == 0) {
     close(to_parent[0]);
@@ -210,7 +242,16 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
   cleanup_close int rd = to_parent[0];
   cleanup_close int wr = to_child[1];
   if (pid < 0)
-    return sbx__make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox");
+    return sbx__make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox%s",
+                           s->rootless ? " (as an ordinary user: run `sbx doctor`)" : "");
+  if (s->rootless) {
+    if (sbx__ids_map_rootless(pid, s, err) < 0)
+      goto fail_child;
+    if (write(wr, "M", 1) != 1) {
+      sbx__make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
+      goto fail_child;
+    }
+  }
   /* The cgroup is made while the child builds its root filesystem (two CPUs, two jobs); the
    * child only starts processes after it has been moved in. */
   if (sbx__cgroup_create(s, pid, cg, err) < 0)

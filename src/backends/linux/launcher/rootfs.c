@@ -266,7 +266,7 @@ static int mountpoint_in_root(int rootfd, const char *path, bool dir, sbx_error_
  * sandbox gets later. trees[0] is the thread folder (-1 for a throw-away sandbox). */
 static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
 {
-  if ((s->user_data[0] != '\0' || s->n_mounts > 0) && s->idmap_fd < 0)
+  if ((s->user_data[0] != '\0' || s->n_mounts > 0) && s->idmap_fd < 0 && !s->rootless)
     s->uid_base = SBX_UID_BASE; /* no namespace to idmap with: the shared range */
   for (int attempt = 0; attempt < 2; attempt++) {
     bool idmap = attempt == 0 && s->idmap_fd >= 0;

@@ -1,0 +1,313 @@
+"""Rootless mode (docs/hosts.md, "Rootless"): the real binaries run as ordinary users made for
+this module (useradd; removed at the end), one with subordinate ids (/etc/subuid, newuidmap)
+and one without (root inside is the user alone). Covers create, exec, the file operations,
+release and reacquire, rm, who owns the files on the host, where the state lives, limits where
+cgroups are delegated (else the one-line warning, and cgroup_required refusing), what is refused
+rootless, sbx doctor, and that a sandbox gains nothing the user lacks."""
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import BUILD
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make the test users")
+
+
+def _userns_for_users():
+    """Can an ordinary user make a user namespace here at all (the sysctls allow it)?"""
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        "unshare", "-U", "true"], capture_output=True)
+    return p.returncode == 0
+
+
+class User:
+    """An ordinary host user running its own copy of sbx (the build tree may be unreadable to
+    it: CI's checkout is root's)."""
+
+    def __init__(self, name, bindir):
+        self.name = name
+        pw = pwd.getpwnam(name)
+        self.uid, self.gid, self.home_dir = pw.pw_uid, pw.pw_gid, pw.pw_dir
+        self.sbx = os.path.join(bindir, "sbx")
+        self.state = os.path.join(self.home_dir, "state")
+
+    def env(self, extra=None):
+        e = {"HOME": self.home_dir, "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": self.name,
+             "LANG": "C.UTF-8", "SBX_PULL": "never"}
+        e.update(extra or {})
+        return e
+
+    def run(self, *args, home=True, input=None, env=None, timeout=60, check=None):
+        cmd = ["setpriv", "--reuid=%d" % self.uid, "--regid=%d" % self.gid, "--init-groups",
+               "--", self.sbx] + (["--home", self.state] if home else []) + [str(a) for a in args]
+        p = subprocess.run(cmd, input=input.encode() if isinstance(input, str) else input or b"",
+                           capture_output=True, timeout=timeout, env=self.env(env),
+                           cwd=self.home_dir)
+        if check is not None:
+            assert p.returncode == check, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        return p
+
+    def ok(self, *args, **kw):
+        return self.run(*args, check=0, **kw).stdout.decode()
+
+    def sh(self, thread, command, **kw):
+        p = self.run("exec", "-t", thread, "--json", "--", command, **kw)
+        assert p.stdout, p.stderr
+        return json.loads(p.stdout)
+
+    def down(self):
+        self.run("down", timeout=120)
+        self.run("down", home=False, timeout=120)
+
+
+def _make_user(subids):
+    name = "sbxrl" + uuid.uuid4().hex[:8]
+    args = ["useradd", "-m", "-s", "/bin/sh"]
+    if not subids:
+        args += ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
+    subprocess.run(args + [name], check=True, capture_output=True)
+    if subids and not any(l.startswith(name + ":") for l in open("/etc/subuid")):
+        # a useradd that adds none (no SUB_UID_* in login.defs): a range no one else has
+        taken = [l.split(":") for l in open("/etc/subuid") if l.count(":") == 2]
+        start = max([200000] + [int(a) + int(n) for _, a, n in taken])
+        subprocess.run(["usermod", "--add-subuids", "%d-%d" % (start, start + 65535),
+                        "--add-subgids", "%d-%d" % (start, start + 65535), name], check=True)
+    return name
+
+
+def _public_dir(prefix):
+    """A folder any user can reach (pytest's tmp_path is below a 0700 folder of root's)."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(d, 0o755)
+    return d
+
+
+@pytest.fixture(scope="module")
+def bindir():
+    """sbx and sbx-init where any user can run them (sbx finds sbx-init next to itself)."""
+    d = _public_dir("sbx-rootless-bin-")
+    for b in ("sbx", "sbx-init"):
+        shutil.copy2(os.path.join(BUILD, b), os.path.join(d, b))
+        os.chmod(os.path.join(d, b), 0o755)
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            os.path.join(d, "sbx"), "--version"], capture_output=True)
+    if probe.returncode != 0:
+        shutil.rmtree(d)
+        pytest.skip("the copied binaries are not runnable by an ordinary user: %s" % probe.stderr)
+    if not _userns_for_users():
+        shutil.rmtree(d)
+        pytest.skip("ordinary users cannot create user namespaces on this host (sbx doctor says "
+                    "why)")
+    yield d
+    shutil.rmtree(d)
+
+
+def _users(bindir, subids):
+    name = _make_user(subids)
+    u = User(name, bindir)
+    yield u
+    u.down()
+    subprocess.run(["pkill", "-KILL", "-U", str(u.uid)], capture_output=True)
+    subprocess.run(["userdel", "-r", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def user(bindir):
+    """A user with subordinate ids (useradd's default on Debian)."""
+    if not (shutil.which("newuidmap") and shutil.which("newgidmap")):
+        pytest.skip("no newuidmap/newgidmap (Debian package uidmap, in make deps)")
+    yield from _users(bindir, True)
+
+
+@pytest.fixture(scope="module")
+def single(bindir):
+    """A user without subordinate ids: root inside is the user alone."""
+    yield from _users(bindir, False)
+
+
+def _thread_dir(u, thread, home=None):
+    return os.path.join(home or u.state, "users", "default", "threads", thread, "user-data")
+
+
+def test_create_exec_files_as_a_user(user):
+    r = user.sh("a", "id -u; hostname; cat /proc/self/uid_map")
+    assert r["exit_code"] == 0, r
+    lines = r["stdout"].split("\n")
+    assert lines[0] == "0" and lines[1].startswith("sbx-")
+    maps = [l.split() for l in lines[2:] if l.strip()]
+    assert maps[0] == ["0", str(user.uid), "1"], maps
+    assert len(maps) == 2 and maps[1][0] == "1" and maps[1][2] == "65535", maps
+    user.run("write", "-t", "a", "/mnt/user-data/outputs/r.txt", input="needle here\n", check=0)
+    assert user.ok("read", "-t", "a", "/mnt/user-data/outputs/r.txt") == "needle here\n"
+    assert "/mnt/user-data/outputs/r.txt" in user.ok("ls", "-t", "a", "/mnt/user-data/outputs")
+    assert "r.txt:1: needle here" in user.ok("grep", "-t", "a", "/mnt/user-data", "needle")
+    assert user.ok("glob", "-t", "a", "/mnt/user-data", "**/*.txt").split() == \
+        ["/mnt/user-data/outputs/r.txt"]
+    # what the sandbox wrote belongs to the user on the host (root inside is the user)
+    r = user.sh("a", "echo x > /mnt/user-data/workspace/made && mkdir /mnt/user-data/workspace/d")
+    assert r["exit_code"] == 0, r
+    td = _thread_dir(user, "a")
+    for p in ("outputs/r.txt", "workspace/made", "workspace/d", "workspace", "."):
+        st = os.stat(os.path.join(td, p))
+        assert (st.st_uid, st.st_gid) == (user.uid, user.gid), (p, st.st_uid)
+
+
+def test_subordinate_ids_and_single_mapping(user, single):
+    # ids inside other than root land in the user's own subordinate range
+    r = user.sh("s", "touch /mnt/user-data/f && chown 1000:1000 /mnt/user-data/f && echo ok")
+    assert r["stdout"].strip() == "ok", r
+    sub = [l.split(":") for l in open("/etc/subuid") if l.startswith(user.name + ":")][0]
+    st = os.stat(os.path.join(_thread_dir(user, "s"), "f"))
+    assert int(sub[1]) <= st.st_uid < int(sub[1]) + int(sub[2]), (st.st_uid, sub)
+    # without subordinate ids: the user alone, so chown to another id is refused
+    r = single.sh("s", "cat /proc/self/uid_map; id -u; touch /mnt/user-data/f; "
+                  "chown 1000 /mnt/user-data/f 2>&1; echo rc=$?")
+    out = r["stdout"].split("\n")
+    assert out[0].split() == ["0", str(single.uid), "1"] and out[1] == "0", r
+    assert "rc=1" in r["stdout"], r
+    assert os.stat(os.path.join(_thread_dir(single, "s"), "f")).st_uid == single.uid
+
+
+def test_release_reacquire_rm(user):
+    user.ok("exec", "-t", "r", "--", "echo 1 > /tmp/warm")
+    pid = json.loads(user.ok("ps", "--json"))["sandboxes"]
+    pid = [s["pid"] for s in pid if s["thread"] == "r"][0]
+    user.ok("release", "-t", "r")
+    # the warm sandbox is reclaimed: same init, its /tmp kept
+    assert user.ok("exec", "-t", "r", "--", "cat /tmp/warm") == "1\n"
+    again = [s["pid"] for s in json.loads(user.ok("ps", "--json"))["sandboxes"]
+             if s["thread"] == "r"]
+    assert again == [pid]
+    user.ok("rm", "-t", "r")
+    assert not os.path.exists("/proc/%d/status" % pid) or \
+        open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z"
+    assert all(s["thread"] != "r" for s in json.loads(user.ok("ps", "--json"))["sandboxes"])
+    # the thread folder is kept, the user's
+    assert os.stat(_thread_dir(user, "r")).st_uid == user.uid
+
+
+def test_state_dir_defaults_to_xdg_state_home(single):
+    single.ok("exec", "-t", "st", "--", "true", home=False)
+    default = os.path.join(single.home_dir, ".local", "state", "sbx")
+    assert os.path.isdir(os.path.join(default, "sandboxes")), os.listdir(single.home_dir)
+    st = os.stat(default)
+    assert st.st_uid == single.uid and st.st_mode & 0o077 == 0
+    # $XDG_STATE_HOME moves it; never /run/sbx
+    xdg = os.path.join(single.home_dir, "xdg")
+    single.ok("exec", "-t", "st", "--", "true", home=False, env={"XDG_STATE_HOME": xdg})
+    assert os.path.isdir(os.path.join(xdg, "sbx", "users", "default", "threads", "st"))
+    if os.path.isdir("/run/sbx"):
+        for root, dirs, files in os.walk("/run/sbx"):
+            for f in dirs + files:
+                assert os.lstat(os.path.join(root, f)).st_uid != single.uid
+    single.run("down", home=False, env={"XDG_STATE_HOME": xdg}, check=0)
+
+
+def test_limits_where_delegated_else_one_warning(user):
+    p = user.run("exec", "-t", "l", "--", "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+                 "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null; true")
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.decode()
+    if "WITHOUT a cgroup" in err:
+        # one line, saying why and where to look
+        assert err.count("\n") <= 1 and "sbx doctor" in err, err
+        cfg = os.path.join(user.home_dir, "required.yaml")
+        with open(cfg, "w") as f:
+            f.write("sandbox:\n  cgroup_required: true\n")
+        os.chown(cfg, user.uid, user.gid)
+        r = user.run("--config", cfg, "exec", "-t", "l2", "--", "true")
+        assert r.returncode == 1 and b"sbx doctor" in r.stderr, r.stderr
+        assert b"cgroup" in r.stderr
+    else:
+        # delegated (cgroup v2, user@.service): the default 1 GiB memory limit holds
+        assert p.stdout.decode().strip() == str(1024 << 20), (p.stdout, err)
+
+
+def test_root_features_refused_in_one_line(single):
+    cfg = os.path.join(single.home_dir, "quota.yaml")
+    for body, what in (("sandbox:\n  user_data_size_mib: 16\n", b"user_data_size_mib"),
+                       ("sandbox:\n  image: busybox:latest\n", b"image root")):
+        with open(cfg, "w") as f:
+            f.write(body)
+        os.chown(cfg, single.uid, single.gid)
+        r = single.run("--config", cfg, "exec", "-t", "q", "--", "true")
+        assert r.returncode == 1, r.stderr
+        assert what in r.stderr and b"rootless" in r.stderr, r.stderr
+        assert r.stderr.count(b"\n") <= 1, r.stderr
+        assert not os.path.isdir(_thread_dir(single, "q")), "a refused create made its folder"
+
+
+def test_spares_off_rootless_with_one_warning(single):
+    cfg = os.path.join(single.home_dir, "spares.yaml")
+    with open(cfg, "w") as f:
+        f.write("sandbox:\n  spares: 2\n")
+    os.chown(cfg, single.uid, single.gid)
+    r = single.run("--config", cfg, "exec", "-t", "sp", "--", "echo ok")
+    assert r.returncode == 0 and r.stdout == b"ok\n", r.stderr
+    assert b"sandbox.spares needs root" in r.stderr, r.stderr
+    out = single.ok("--config", cfg, "ps")
+    assert "spares: 0 (configured: 2)" in out, out
+    assert not os.path.isdir(os.path.join(single.state, "spare", "sandboxes")) or \
+        os.listdir(os.path.join(single.state, "spare", "sandboxes")) == []
+
+
+def test_doctor_as_a_user(user, single):
+    p = user.run("doctor")
+    out = p.stdout.decode()
+    assert p.returncode == 0, out
+    assert "rootless mode" in out and "sbx needs root" not in out, out
+    assert "a user namespace with mount, pid, net, ipc and uts namespaces works" in out, out
+    assert "[ok  ] subids" in out, out
+    assert "[ok  ] state          %s" % user.state in out, out
+    out = single.ok("doctor")
+    assert "[warn] subids" in out and "fix: usermod --add-subuids" in out, out
+
+
+def test_sandbox_gains_nothing_the_user_lacks(user):
+    td = _thread_dir(user, "e")
+    user.ok("exec", "-t", "e", "--", "true")
+    # a root-only file in the thread folder (put there by host root): root inside cannot read it
+    secret = os.path.join(td, "workspace", "root-only")
+    with open(secret, "w") as f:
+        f.write("TOPSECRET\n")
+    os.chmod(secret, 0o600)
+    # a root-owned folder mounted read-write: root inside cannot write there
+    import pathlib
+    top = _public_dir("sbx-rootless-vol-")
+    vol = pathlib.Path(top) / "vol"
+    vol.mkdir()
+    os.chmod(vol, 0o755)
+    (vol / "root-only").write_text("VOLSECRET\n")
+    os.chmod(vol / "root-only", 0o600)
+    cfg = os.path.join(user.home_dir, "vol.yaml")
+    with open(cfg, "w") as f:
+        f.write("sandbox:\n  mounts:\n    - host_path: %s\n      container_path: /vol\n"
+                "      read_only: false\n" % vol)
+    os.chown(cfg, user.uid, user.gid)
+    r = user.run("--config", cfg, "exec", "-t", "e2", "--json", "--",
+                 "cat /mnt/user-data/workspace/root-only /vol/root-only 2>&1; "
+                 "touch /vol/new 2>&1; echo rc=$?; ls -ln /vol")
+    out = json.loads(r.stdout)["stdout"] if r.stdout else r.stderr.decode()
+    assert "TOPSECRET" not in out and "VOLSECRET" not in out, out
+    assert "rc=1" in out and not (vol / "new").exists(), out
+    assert "Permission denied" in out, out  # refused by the kernel, not missing
+    shutil.rmtree(top)
+    # what the host user cannot do, root inside cannot either: no mount, no capability over
+    # host ids (host root's files are nobody's inside), no host process in view
+    r = user.sh("e", "mount -t tmpfs x /mnt 2>&1; echo mount=$?; "
+                "stat -c %u /usr/bin/env; grep CapEff /proc/self/status; "
+                "ls /proc | grep -c '^[0-9]'")
+    lines = r["stdout"].split("\n")
+    assert "mount=0" not in r["stdout"], r
+    assert "65534" in r["stdout"], r
+    assert int(lines[-2] if lines[-1] == "" else lines[-1]) < 20, r
+    # and nothing was made on the host by a uid other than the user's, nor the sandbox's
+    # state readable by other users
+    st = os.stat(user.state)
+    assert st.st_uid == user.uid and st.st_mode & 0o077 == 0
