@@ -260,6 +260,12 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   uint64_t uids = 0;
   if (sbx__tlv_get_u64(reply, hdr.len, SBX_T_UID, 0, &uids) > 0)
     in->meta.uid_base = (uint32_t) uids;
+  if (uids == SBX_UID_BASE && (user_data[0] != '\0' || spec.n_mounts > 0))
+    sbx__log(SBX_LOG_WARNING,
+             "sandbox %s runs under the shared host ids %u.. (its folders could not be idmapped: "
+             "see `sbx doctor`): what it writes in /mnt/user-data and volumes belongs to uid %u "
+             "on the host, not to the folder's owner",
+             in->meta.id, SBX_UID_BASE, SBX_UID_BASE);
   in->meta.pid = (long) pid;
   in->meta.pid_start = sbx__proc_start_time((long) pid);
   if (sbx__str_has_prefix(cgroups, "none="))
