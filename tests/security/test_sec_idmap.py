@@ -3,6 +3,7 @@ thread folder or a read-write volume belongs on the host to the folder's owner, 
 idmapped mount that maps the sandbox's root (the first id of its own range) to that owner. The
 guard that goes with it: a sandbox writing as a host user's ids may not make setuid/setgid
 files or file capabilities there, and no other sandbox reaches the folder."""
+import json
 import os
 import shutil
 import subprocess
@@ -180,3 +181,33 @@ def test_other_sandboxes_cannot_reach_the_folder(s):
     assert s.sh(a, "cat %s/marker" % WS)["stdout"] == "secret\n"
     assert os.lstat(os.path.join(da, "workspace", "marker")).st_uid == USER
     assert os.listdir(os.path.join(db, "workspace")) == []
+
+
+def test_doctor_and_the_fallback_where_nothing_idmaps(request):
+    """ramfs has no idmapped mounts (nor have NFS, most FUSE, tmpfs before 6.3): a sandbox
+    with its thread folder there falls back to the shared ids 100000.. (today's files, owned
+    by 100000) with a warning naming the reason, and `sbx doctor` says so for that home. The
+    same doctor check on an ext4/tmpfs home is the positive control."""
+    home = tempfile.mkdtemp(prefix="sbx-ramfs-", dir="/tmp")
+    subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "sbx-test-ramfs", home],
+                   check=True)
+
+    def cleanup():
+        subprocess.run(["umount", "-l", home])
+        os.rmdir(home)
+    request.addfinalizer(cleanup)
+    s = sbxsec.Sbx(home)
+    request.addfinalizer(s.down)
+    out = s.run("doctor").stdout.decode()
+    line = [l for l in out.splitlines() if "idmapped" in l]
+    assert line and line[0].startswith("[warn]") and "cannot idmap" in line[0], out
+    ctl = sbxsec.Sbx(tempfile.gettempdir()).run("doctor").stdout.decode()
+    assert "[ok  ] idmapped" in ctl, ctl
+    t = sbxsec.new_thread("ramfs")
+    p = s.run("exec", "-t", t, "--json", "--",
+              "echo x > %s/f && cat /proc/self/uid_map" % WS)
+    r = json.loads(p.stdout)
+    assert r["exit_code"] == 0 and r["stdout"].split()[1] == "100000", r
+    assert b"shared host ids 100000" in p.stderr, p.stderr
+    st = os.lstat(os.path.join(sbxsec.thread_dir(s, t), "workspace", "f"))
+    assert (st.st_uid, st.st_gid) == (100000, 100000), st
