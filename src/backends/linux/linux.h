@@ -192,6 +192,10 @@ char *sbx__cgroup_v2_missing(const char *dir);
  * pid in it, Delegate=yes and s's limits; *path_out is its cgroup directory. */
 int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name, pid_t pid,
                               char **path_out, sbx_error_t *err);
+/* The memory and CPU limits of a running sandbox's scope, as unit properties (they survive
+ * systemctl daemon-reload; 0 = none). */
+int sbx__cgroup_systemd_set_limits(const char *unit, uint64_t memory_bytes, uint64_t cpu_millis,
+                                   sbx_error_t *err);
 /* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
  * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
  * it is an error), 1 if it is some other message, -1 if malformed. */
