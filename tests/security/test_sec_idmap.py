@@ -220,6 +220,12 @@ def test_doctor_and_the_fallback_where_nothing_idmaps(request):
               "echo x > %s/f && cat /proc/self/uid_map" % WS)
     r = json.loads(p.stdout)
     assert r["exit_code"] == 0 and r["stdout"].split()[1] == "100000", r
-    assert b"shared host ids 100000" in p.stderr, p.stderr
     st = os.lstat(os.path.join(sbxsec.thread_dir(s, t), "workspace", "f"))
     assert (st.st_uid, st.st_gid) == (100000, 100000), st
+    assert b"shared host ids" not in p.stderr, p.stderr  # 100000's folder: as if idmapped
+    # a folder the harness owns: not writable by root inside there, and the caller is told
+    u, d = user_thread(s, "ramfs-user")
+    p = s.run("exec", "-t", u, "--json", "--", "echo x > %s/f" % WS)
+    r = json.loads(p.stdout)
+    assert r["exit_code"] != 0 and not os.path.exists(os.path.join(d, "workspace", "f")), r
+    assert b"shared host ids 100000" in p.stderr and d.encode() in p.stderr, p.stderr
