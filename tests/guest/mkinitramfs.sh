@@ -23,7 +23,7 @@ add() { # a module after its dependencies
   for d in $(grep -E "^$1:" "$mdir/modules.dep" | cut -d: -f2); do add "$d"; done
   order+=("$1")
 }
-for m in 9p 9pnet_virtio virtio_pci overlay loop ext4; do # loop, ext4: suite.sh full's scratch
+for m in 9p 9pnet_virtio virtio_pci overlay loop crc32c_generic ext4; do # loop, ext4: suite.sh full's scratch
   rel=$(grep -E "/$m\.ko(\.xz|\.zst)?:" "$mdir/modules.dep" | cut -d: -f1 | head -1)
   [[ -n $rel ]] && add "$rel"
 done
