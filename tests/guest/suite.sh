@@ -19,21 +19,8 @@ esac
 # within 20 s can take longer too)
 slow="not test_background_server_survives_between_calls and not test_hundred_concurrent_streams"
 slow+=" and not test_host_files_invisible"
-# full: pytest's folders on an ext4 scratch (a sparse image on the guest's tmpfs, loop-mounted):
-# tmpfs cannot idmap before Linux 6.3, and image layers are idmapped (every image test failed
-# with `idmapped mount of layer ...: Invalid argument` under /tmp); disk_mib needs the loop device
-basetemp=()
-if [[ $mode == full ]]; then
-  img=/tmp/sbx-guest-scratch.img scratch=/var/tmp/sbx-guest-scratch
-  if truncate -s 8G "$img" && mkfs.ext4 -q -F "$img" && mkdir -p "$scratch" &&
-    mount -o loop "$img" "$scratch"; then
-    basetemp=(--basetemp="$scratch/pytest")
-  else
-    echo "suite.sh: no ext4 scratch (loop, ext4 modules?): image tests will fail under /tmp"
-  fi
-fi
 cd "$src"
 SBX_BUILD=$build SBX_SOURCE=$src /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  --durations=10 -k "$slow" --junitxml=/mnt/out/junit.xml "${basetemp[@]}" "${tests[@]}" || rc=1
+  --durations=10 -k "$slow" --junitxml=/mnt/out/junit.xml "${tests[@]}" || rc=1
 echo "suite.sh: $mode rc $rc"
 exit $rc
