@@ -12,6 +12,9 @@ struct sbx_agent_opts {
   int lease_fd;           /* the sandbox's lease file (flock'ed by active users), or -1 */
   int64_t idle_timeout_s; /* exit when unleased and idle this long; 0 = never */
   uint64_t cmd_nofile;    /* soft RLIMIT_NOFILE of every command; 0 = sbx-init's own */
+  /* run in each command's child before its exec (async-signal-safe; nonzero: the command
+   * fails with status 126), or NULL: the backend's extra confinement of commands */
+  int (*cmd_confine)(void);
 };
 
 /* server.c: the main loop, until the sandbox expires. */

@@ -68,10 +68,12 @@ static struct cmd table[MAX_CMDS];
 static uint64_t table_seq;
 static int epoll_fd = -1;
 static struct rlimit cmd_nofile; /* rlim_cur 0: commands keep sbx-init's limit */
+static int (*cmd_confine)(void);
 
-void agent_exec_init(int ep, uint64_t nofile)
+void agent_exec_init(int ep, uint64_t nofile, int (*confine)(void))
 {
   epoll_fd = ep;
+  cmd_confine = confine;
   /* sbx-init itself may hold many connections and pipes: its soft limit is its hard one; each
    * command gets the conventional soft limit back (select() users, close-all-fds loops). */
   struct rlimit rl;
@@ -144,6 +146,10 @@ static int child_exec(void *arg)
   syscall(SYS_close_range, 3, ~0U, 0);
   if (cmd_nofile.rlim_cur > 0)
     setrlimit(RLIMIT_NOFILE, &cmd_nofile); /* per process: the clone shares memory, not limits */
+  if (cmd_confine && cmd_confine() != 0) {
+    child_write("sbx-init: cannot confine the command\n");
+    _exit(126);
+  }
   execve(a->path, a->argv, a->envp);
   child_write("sbx-init: cannot execute ");
   child_write(a->path);

@@ -10,7 +10,7 @@
 
 /* Once, before any connection: the main loop's epoll (background commands' pidfds are watched
  * there) and the soft RLIMIT_NOFILE of every command (0 = sbx-init's own). */
-void agent_exec_init(int epoll_fd, uint64_t cmd_nofile);
+void agent_exec_init(int epoll_fd, uint64_t cmd_nofile, int (*cmd_confine)(void));
 int agent_exec(struct agent_conn *c, const char *payload, size_t len);
 int agent_signal(struct agent_conn *c, const char *payload, size_t len);
 int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len);

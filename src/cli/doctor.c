@@ -43,6 +43,8 @@ int cmd_doctor(struct cli *c, int argc, char **argv)
     printf("backend %s: sandboxes run elsewhere; below is the linux backend on this host\n",
            c->cfg->use);
   int failed = 0;
+  if (c->home)
+    setenv("SBX_HOME", c->home, 1); /* the folder whose file system sbx_doctor tries idmapping on */
   char *report = sbx_doctor_home(c->cfg, c->home, &failed);
   fputs(report, stdout);
   free(report);

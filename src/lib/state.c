@@ -281,8 +281,12 @@ int sbx__lease_owners(const char *home, const char *id, long **pids, size_t *n)
 }
 
 /* Opens name inside dirfd as a directory, creating it; never follows a symlink (a sandbox can
- * plant one in its own user-data folder). */
-static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, bool chown_it)
+ * plant one in its own user-data folder). With chown_it, a folder it creates gets owner:group,
+ * and so does one the host's root owns (made by hand, or by an sbx before idmapped folders);
+ * a folder of anyone else's keeps its owner: the sandbox's root writes as that owner there
+ * (an idmapped mount, src/backends/linux/ids.c). */
+static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, gid_t group,
+                       bool chown_it)
 {
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   bool created = false;
@@ -294,10 +298,9 @@ static int open_dir_at(int dirfd, const char *name, mode_t mode, uid_t owner, bo
   }
   if (fd < 0)
     return -1;
-  /* the sandbox's root must own its folders (the host's root is nobody inside) */
   struct stat st;
-  if (chown_it && fstat(fd, &st) == 0 && (st.st_uid != owner || created)) {
-    if (fchown(fd, owner, owner) < 0 || (created && fchmod(fd, mode) < 0)) {
+  if (chown_it && fstat(fd, &st) == 0 && (created || (st.st_uid == 0 && owner != 0))) {
+    if (fchown(fd, owner, group) < 0 || (created && fchmod(fd, mode) < 0)) {
       close(fd);
       return -1;
     }
@@ -370,7 +373,7 @@ char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thr
     return sbx__make_error(err, errno, SBX_E_IO, "open `%s`", home), NULL;
   for (size_t i = 0; i < ARRAY_SIZE(parts); i++) {
     bool last = i + 1 == ARRAY_SIZE(parts);
-    int next = open_dir_at(fd, parts[i], last ? 0755 : 0711, owner, last);
+    int next = open_dir_at(fd, parts[i], last ? 0755 : 0711, owner, owner, last);
     if (next < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "create thread folder `%s` below `%s`", parts[i],
                              home),
@@ -378,9 +381,13 @@ char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thr
     close(fd);
     fd = next;
   }
+  /* its sub-folders are the folder's owner's (whoever that is) */
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "user-data folder of thread %s", thread), NULL;
   static const char *const subs[] = {"workspace", "uploads", "outputs"};
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
-    int sub = open_dir_at(fd, subs[i], 0755, owner, true);
+    int sub = open_dir_at(fd, subs[i], 0755, st.st_uid, st.st_gid, true);
     if (sub < 0)
       return sbx__make_error(err, errno, SBX_E_IO,
                              "create `%s` in the user-data folder of thread %s (a symlink there "

@@ -106,6 +106,34 @@ if [[ -d /run/systemd/system ]]; then
   sbx down > /dev/null 2>&1
   sleep 1
   [[ ! -d $scope ]] && ok "systemd: down removes the scope" || bad "systemd: $scope left"
+  # a spare adopted with other limits (sbxd's resourceLimits): set as unit properties too, so
+  # a daemon-reload keeps them (written to cgroupfs alone, systemd put the spare's back)
+  printf 'sandbox:\n  cgroup_manager: systemd\n  memory_mib: 128\n  spares: 1\n' > "$W/spares.yaml"
+  # its home on ext4: adopting idmaps the user-data folder, which /tmp (tmpfs before 6.3) cannot
+  truncate -s 512M "$W/sd.img" && mkfs.ext4 -q -F "$W/sd.img" && mkdir -p "$W/sd-home" &&
+    mount -o loop "$W/sd.img" "$W/sd-home" || echo "checks: no ext4 home for the spare check"
+  "$B/sbxd" --home "$W/sd-home" --config "$W/spares.yaml" --listen 127.0.0.1:18089 2> "$W/sbxd.log" &
+  sbxd_pid=$!
+  for _ in $(seq 100); do
+    [[ $(ls -d /sys/fs/cgroup/sbx.slice/sbx-*.scope 2>/dev/null | wc -l) -ge 1 ]] && break
+    sleep 0.2
+  done
+  before=$(ls -d /sys/fs/cgroup/sbx.slice/sbx-*.scope 2>/dev/null)
+  python3 -c 'import json, urllib.request as u; print(u.urlopen(u.Request("http://127.0.0.1:18089/v1/sandboxes", json.dumps({"image": {"uri": "host"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {"cpu": "1", "memory": "256Mi"}, "timeout": 600}).encode(), {"Content-Type": "application/json"})).read().decode())' > "$W/create.json" 2>&1
+  sleep 1
+  adopted=
+  for d in $before; do [[ $(cat "$d/memory.max" 2>/dev/null) == 268435456 ]] && adopted=$d; done
+  if [[ -n $adopted ]]; then
+    systemctl daemon-reload
+    [[ $(cat "$adopted/memory.max") == 268435456 && $(cat "$adopted/cpu.max") == "100000 100000" ]] &&
+      ok "systemd: an adopted spare's limits survive daemon-reload" ||
+      bad "systemd: reload reset the adopted spare's limits: $(cat "$adopted/memory.max") $(cat "$adopted/cpu.max")"
+  else
+    bad "systemd: no spare was adopted with 256 MiB: $(cat "$W/create.json") $(grep -i spare "$W/sbxd.log" | tail -3)"
+  fi
+  kill "$sbxd_pid"; wait "$sbxd_pid" 2>/dev/null
+  "$B/sbx" --home "$W/sd-home" down > /dev/null 2>&1
+  umount "$W/sd-home" 2>/dev/null
   out=$(systemd-run --quiet --wait --pipe -p MemoryMax=300M "$B/sbx" --home "$W/home" exec -t nd -- echo fine 2>&1)
   scope=$(ls -d /sys/fs/cgroup/sbx.slice/sbx-*.scope 2>/dev/null | head -1)
   [[ $out == fine && -n $scope ]] && ok "systemd: auto in a unit without Delegate= uses a scope in sbx.slice" ||

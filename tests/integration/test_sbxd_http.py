@@ -888,6 +888,19 @@ def test_volumes(sbxd, tmp_path):
     assert (root / "data" / "out.txt").read_text() == "written-from-sandbox\n"
     out, last = sb.run("touch /mnt/host-ro/x")
     assert last["type"] == "error" and not (root / "data" / "x").exists()
+    # OpenSandbox's e2e "host volume mount (read-write)": a root-owned 0755 folder is writable
+    # by root inside (idmapped to its owner), and what is written there is root's on the host;
+    # not where the folder's file system cannot idmap (tmpfs before 6.3: `sbx doctor` says)
+    doctor = subprocess.run([SBX, "--home", str(root), "doctor"], capture_output=True, text=True)
+    if "[ok  ] idmapped" in doctor.stdout:
+        (root / "rootown").mkdir(mode=0o755)
+        sb4 = s.create(volumes=[{"name": "rw", "host": {"path": str(root / "rootown")},
+                                 "mountPath": "/mnt/rw"}])
+        out, last = sb4.run("echo w > /mnt/rw/f && stat -c %u /mnt/rw/f")
+        assert out == ["0"], last
+        st = os.lstat(root / "rootown" / "f")
+        assert (st.st_uid, st.st_gid) == (0, 0), st
+        assert s.req("DELETE", "/v1/sandboxes/" + sb4.id).status == 204
     out, _ = sb.run("echo in-sub > /mnt/sub/f; echo named > /mnt/pvc/g; ls /mnt/pvc /mnt/pvc/deep/er")
     assert "f" in out and "g" in out
     # a named volume outlives its sandbox and is shared by name

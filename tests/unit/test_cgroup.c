@@ -1,5 +1,6 @@
 /* Unit tests for the linux backend's host layer: the systemd manager's D-Bus reply decoder
- * (cgroup-systemd.c), the cgroup record (cgroup.c) and the kernel probes (kernel.c). */
+ * (cgroup-systemd.c), the cgroup record (cgroup.c), the kernel probes (kernel.c) and the maps
+ * of idmapped folders (ids.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -160,12 +161,66 @@ static void test_kernel_probes(void **state)
   free(rel);
 }
 
+/* What the kernel demands of a map (ranges disjoint on both sides) and what ids.c promises:
+ * the owner is the sandbox's root, every id of the range is mapped once, and every other
+ * on-disk id is SBX_UID_BASE + (its id inside), the owner's slot swapped with SBX_UID_BASE. */
+static void check_map(uint32_t owner, uint32_t base)
+{
+  char buf[160];
+  int len = sbx__idmap_format(buf, sizeof buf, owner, base);
+  assert_true(len > 0 && (size_t) len < sizeof buf && buf[len - 1] == '\n');
+  static uint8_t seen[SBX_UID_COUNT];
+  memset(seen, 0, sizeof seen);
+  uint64_t lines[8][3];
+  int n = 0;
+  for (const char *p = buf; *p; n++) {
+    unsigned long long a, b, c;
+    int used = 0;
+    assert_true(n < 8);
+    assert_int_equal(sscanf(p, "%llu %llu %llu\n%n", &a, &b, &c, &used), 3);
+    lines[n][0] = a, lines[n][1] = b, lines[n][2] = c;
+    p += used;
+  }
+  for (int i = 0; i < n; i++) {
+    uint64_t disk = lines[i][0], in = lines[i][1] - base, cnt = lines[i][2];
+    assert_true(cnt > 0 && in + cnt <= SBX_UID_COUNT);
+    for (int k = 0; k < i; k++) /* disjoint on disk */
+      assert_true(disk + cnt <= lines[k][0] || lines[k][0] + lines[k][2] <= disk);
+    for (uint64_t j = 0; j < cnt; j++) {
+      assert_int_equal(seen[in + j], 0);
+      seen[in + j] = 1;
+      uint64_t want = in + j == 0 ? owner
+                      : owner > SBX_UID_BASE && owner - SBX_UID_BASE == in + j
+                          ? SBX_UID_BASE
+                          : SBX_UID_BASE + in + j;
+      assert_int_equal(disk + j, want);
+    }
+  }
+  for (uint32_t j = 0; j < SBX_UID_COUNT; j++)
+    assert_int_equal(seen[j], 1);
+}
+
+static void test_idmap_format(void **state)
+{
+  (void) state;
+  const uint32_t owners[] = {0,      1000,   SBX_UID_BASE, SBX_UID_BASE + 1, SBX_UID_BASE + 1000,
+                             165534, 165535, 165536,       4294967294u};
+  for (size_t i = 0; i < sizeof owners / sizeof owners[0]; i++)
+    check_map(owners[i], 0x10000000u);
+  char buf[160];
+  sbx__idmap_format(buf, sizeof buf, SBX_UID_BASE, 0x10000000u);
+  assert_string_equal(buf, "100000 268435456 65536\n"); /* as before for libsbx's folders */
+  sbx__idmap_format(buf, sizeof buf, 1000, 0x10000000u);
+  assert_string_equal(buf, "1000 268435456 1\n100001 268435457 65535\n");
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dbus_reply),
       cmocka_unit_test(test_cgroup_record),
       cmocka_unit_test(test_kernel_probes),
+      cmocka_unit_test(test_idmap_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

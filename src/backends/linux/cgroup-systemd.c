@@ -279,6 +279,63 @@ static int dbus_connect(sbx_error_t *err)
   return fd;
 }
 
+/* Calls member of systemd's Manager with body (its arguments, of signature sig; consumed) and
+ * waits for the reply: 0, or -1 with systemd's error. */
+static int call(const char *member, const char *sig, sbx_buf_t *body, sbx_error_t *err)
+{
+  const uint32_t serial = 1;
+  sbx_buf_t msg = {0};
+  sbx__buf_append(&msg, "l\1\0\1", 4);
+  put_u32(&msg, (uint32_t) body->len);
+  put_u32(&msg, serial);
+  size_t fstart;
+  size_t fat = array_begin(&msg, 8, &fstart);
+  header_field(&msg, 1, "o", "/org/freedesktop/systemd1");
+  header_field(&msg, 2, "s", "org.freedesktop.systemd1.Manager");
+  header_field(&msg, 3, "s", member);
+  header_field(&msg, 6, "s", "org.freedesktop.systemd1");
+  header_field(&msg, 8, "g", sig);
+  array_end(&msg, fat, fstart);
+  pad(&msg, 8);
+  sbx__buf_append(&msg, body->data, body->len);
+  sbx__buf_free(body);
+
+  cleanup_close int fd = dbus_connect(err);
+  if (fd < 0) {
+    sbx__buf_free(&msg);
+    return -1;
+  }
+  int r = sbx__write_all(fd, msg.data, msg.len);
+  sbx__buf_free(&msg);
+  if (r < 0)
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to systemd");
+  sbx_buf_t in = {0};
+  for (;;) {
+    size_t total;
+    if (recv_all(fd, &in, 16, err) < 0 || (total = sbx__dbus_message_size(in.data, in.len)) == 0 ||
+        recv_all(fd, &in, total, err) < 0) {
+      sbx__buf_free(&in);
+      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
+    }
+    char *error = NULL;
+    int pr = sbx__dbus_parse_reply(in.data, in.len, serial, &error);
+    if (pr == 1) { /* skip a message that is not our reply */
+      memmove(in.data, in.data + total, in.len - total);
+      in.len -= total;
+      continue;
+    }
+    sbx__buf_free(&in);
+    if (pr < 0)
+      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
+    if (error) {
+      sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "%s", error);
+      free(error);
+      return -1;
+    }
+    return 0;
+  }
+}
+
 static void add_limits(sbx_buf_t *b, const struct sbx_launch_spec *s)
 {
   if (s->memory_bytes) {
@@ -327,56 +384,9 @@ int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name,
   at = array_begin(&body, 8, &start); /* no auxiliary units */
   array_end(&body, at, start);
 
-  const uint32_t serial = 1;
-  sbx_buf_t msg = {0};
-  sbx__buf_append(&msg, "l\1\0\1", 4);
-  put_u32(&msg, (uint32_t) body.len);
-  put_u32(&msg, serial);
-  size_t fstart;
-  size_t fat = array_begin(&msg, 8, &fstart);
-  header_field(&msg, 1, "o", "/org/freedesktop/systemd1");
-  header_field(&msg, 2, "s", "org.freedesktop.systemd1.Manager");
-  header_field(&msg, 3, "s", "StartTransientUnit");
-  header_field(&msg, 6, "s", "org.freedesktop.systemd1");
-  header_field(&msg, 8, "g", "ssa(sv)a(sa(sv))");
-  array_end(&msg, fat, fstart);
-  pad(&msg, 8);
-  sbx__buf_append(&msg, body.data, body.len);
-  sbx__buf_free(&body);
-
-  cleanup_close int fd = dbus_connect(err);
-  if (fd < 0) {
-    sbx__buf_free(&msg);
+  if (call("StartTransientUnit", "ssa(sv)a(sa(sv))", &body, err) < 0) {
+    sbx__error_wrap(err, "systemd: start %s in %s", unit, slice);
     return -1;
-  }
-  int r = sbx__write_all(fd, msg.data, msg.len);
-  sbx__buf_free(&msg);
-  if (r < 0)
-    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED, "write to systemd");
-  sbx_buf_t in = {0};
-  for (;;) {
-    size_t total;
-    if (recv_all(fd, &in, 16, err) < 0 || (total = sbx__dbus_message_size(in.data, in.len)) == 0 ||
-        recv_all(fd, &in, total, err) < 0) {
-      sbx__buf_free(&in);
-      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
-    }
-    char *error = NULL;
-    int pr = sbx__dbus_parse_reply(in.data, in.len, serial, &error);
-    if (pr == 1) { /* skip a message that is not our reply */
-      memmove(in.data, in.data + total, in.len - total);
-      in.len -= total;
-      continue;
-    }
-    sbx__buf_free(&in);
-    if (pr < 0)
-      return sbx__make_error(err, EPROTO, SBX_E_UNSUPPORTED, "a malformed answer from systemd");
-    if (error) {
-      sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "systemd: start %s in %s: %s", unit, slice, error);
-      free(error);
-      return -1;
-    }
-    break;
   }
   /* The job moves pid into the scope's cgroup; its path is what /proc says once it has. */
   cleanup_free char *proc = xasprintf("/proc/%d/cgroup", (int) pid);
@@ -399,4 +409,32 @@ int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name,
   }
   return sbx__make_error(err, ETIMEDOUT, SBX_E_UNSUPPORTED,
                          "systemd did not move the sandbox into %s within 5 s", unit);
+}
+
+int sbx__cgroup_systemd_set_limits(const char *unit, uint64_t memory_bytes, uint64_t cpu_millis,
+                                   sbx_error_t *err)
+{
+  /* SetUnitProperties(name, runtime, properties): a limit written to cgroupfs alone is what
+   * systemd rewrites from the unit's own properties at the next daemon-reload */
+  struct sbx_launch_spec s = {.memory_bytes = memory_bytes, .cpu_millis = cpu_millis};
+  sbx_buf_t body = {0};
+  put_str(&body, unit);
+  put_u32(&body, 1);
+  size_t start;
+  size_t at = array_begin(&body, 8, &start);
+  add_limits(&body, &s);
+  if (memory_bytes == 0) {
+    prop_begin(&body, "MemoryMax", "t");
+    put_u64(&body, UINT64_MAX); /* infinity */
+  }
+  if (cpu_millis == 0) {
+    prop_begin(&body, "CPUQuotaPerSecUSec", "t");
+    put_u64(&body, UINT64_MAX);
+  }
+  array_end(&body, at, start);
+  if (call("SetUnitProperties", "sba(sv)", &body, err) < 0) {
+    sbx__error_wrap(err, "systemd: set the limits of %s", unit);
+    return -1;
+  }
+  return 0;
 }

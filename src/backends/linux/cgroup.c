@@ -301,7 +301,14 @@ int sbx__cgroup_create(const struct sbx_launch_spec *s, pid_t pid, struct sbx_cg
 int sbx__cgroup_set_limits(const struct sbx_cgroup *cg, uint64_t memory_bytes, uint64_t cpu_millis,
                            sbx_error_t *err)
 {
-  return apply_limits(cg, memory_bytes, cpu_millis, 0, false, err);
+  if (apply_limits(cg, memory_bytes, cpu_millis, 0, false, err) < 0)
+    return -1;
+  /* a systemd scope's (cgroup-systemd.c): its unit properties too, or a daemon-reload puts
+   * the spare's back */
+  const char *leaf = cg->unified && cg->path[0] ? strrchr(cg->path[0], '/') : NULL;
+  if (leaf && sbx__str_has_prefix(leaf + 1, "sbx-") && sbx__str_has_suffix(leaf, ".scope"))
+    return sbx__cgroup_systemd_set_limits(leaf + 1, memory_bytes, cpu_millis, err);
+  return 0;
 }
 
 int sbx__cgroup_enter(const struct sbx_cgroup *cg, pid_t pid, sbx_error_t *err)

@@ -10,10 +10,14 @@
  * /etc/subgid entry are never used: a host user allowed those ids could otherwise enter a
  * sandbox's id space with newuidmap.
  *
- * Files a sandbox writes for the host (the thread folder, volumes) keep the fixed owner
- * SBX_UID_BASE on disk through idmapped mounts: the sandbox's range appears there as
- * SBX_UID_BASE.., so a thread's files stay its own from one sandbox to the next, whatever
- * range each got, and no range's ids are left on disk to be reused. */
+ * Files a sandbox writes for the host (the thread folder, volumes) belong on disk to the
+ * folder's owner through idmapped mounts: the sandbox's root (its range's first id) is the
+ * owner of the folder's top (uid and gid apart), the other ids inside, 1..65535, are
+ * SBX_UID_BASE + 1.. on disk, as before, whatever range the sandbox got. So the harness that
+ * owns a thread folder owns what its sandboxes write there, a root-owned volume is writable
+ * by root inside, and no range's ids are left on disk to be reused. (podman's `:idmap` maps
+ * the container's ids to the same ids on disk instead: its root writes files of the host's
+ * root.) A folder owned by SBX_UID_BASE, as libsbx makes them, maps exactly as before. */
 #include "linux.h"
 
 #include <errno.h>
@@ -139,13 +143,28 @@ static int idle(void *arg)
   return 0;
 }
 
-int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err)
+int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base)
 {
-  return sbx__ids_userns_map(SBX_UID_BASE, base, h, err);
+  const uint32_t lo = SBX_UID_BASE, n = SBX_UID_COUNT;
+  if (owner == lo) /* the folders libsbx makes: one line, as before */
+    return snprintf(buf, size, "%u %u %u\n", lo, base, n);
+  if (owner > lo && owner - lo < n) {
+    /* the owner is one of the others' on-disk ids (lo + j): inside j takes lo's place */
+    uint32_t j = owner - lo;
+    int len = snprintf(buf, size, "%u %u 1\n%u %u 1\n", owner, base, lo, base + j);
+    if (j > 1 && len >= 0 && (size_t) len < size)
+      len += snprintf(buf + len, size - (size_t) len, "%u %u %u\n", lo + 1, base + 1, j - 1);
+    if (j < n - 1 && len >= 0 && (size_t) len < size)
+      len += snprintf(buf + len, size - (size_t) len, "%u %u %u\n", owner + 1, base + j + 1,
+                      n - 1 - j);
+    return len;
+  }
+  return snprintf(buf, size, "%u %u 1\n%u %u %u\n", owner, base, lo + 1, base + 1, n - 1);
 }
 
-int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
-                        sbx_error_t *err)
+/* A user namespace with these uid and gid maps, held open by fd (h is reaped later). */
+static int userns_with_maps(const char *umap, int ulen, const char *gmap, int glen,
+                            struct sbx_idmap_helper *h, sbx_error_t *err)
 {
   /* a user namespace needs a process only while its maps are written and it is opened: a
    * child sharing our memory (no copy of the page tables), killed at once and reaped later
@@ -160,14 +179,16 @@ int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper 
     h->stack = NULL;
     return sbx__make_error(err, e, SBX_E_INTERNAL, "create the id-mapping namespace");
   }
-  char path[64], map[64];
-  int n = snprintf(map, sizeof map, "%u %u %u\n", inside, base, SBX_UID_COUNT);
+  char path[64];
   int fd = -1, saved = 0;
   const char *what = "uid_map";
   for (int i = 0; i < 2 && saved == 0; i++, what = "gid_map") {
+    const char *map = i ? gmap : umap;
+    int n = i ? glen : ulen;
     snprintf(path, sizeof path, "/proc/%d/%s", (int) h->pid, what);
     cleanup_close int m = open(path, O_WRONLY | O_CLOEXEC);
-    if (m < 0 || write(m, map, (size_t) n) != n)
+    errno = 0;
+    if (n <= 0 || m < 0 || write(m, map, (size_t) n) != n)
       saved = errno ? errno : EIO;
   }
   if (saved == 0) {
@@ -182,6 +203,25 @@ int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper 
     return sbx__make_error(err, saved, SBX_E_INTERNAL, "map the id-mapping namespace (%s)", what);
   }
   return fd;
+}
+
+int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, struct sbx_idmap_helper *h,
+                          sbx_error_t *err)
+{
+  char umap[160], gmap[160];
+  int ul = sbx__idmap_format(umap, sizeof umap, (uint32_t) uid, base);
+  int gl = sbx__idmap_format(gmap, sizeof gmap, (uint32_t) gid, base);
+  if (ul <= 0 || (size_t) ul >= sizeof umap || gl <= 0 || (size_t) gl >= sizeof gmap)
+    return sbx__make_error(err, EINVAL, SBX_E_INTERNAL, "format the id map");
+  return userns_with_maps(umap, ul, gmap, gl, h, err);
+}
+
+int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
+                        sbx_error_t *err)
+{
+  char map[64];
+  int n = snprintf(map, sizeof map, "%u %u %u\n", inside, base, SBX_UID_COUNT);
+  return userns_with_maps(map, n, map, n, h, err);
 }
 
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h)

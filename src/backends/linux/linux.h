@@ -31,14 +31,20 @@ bool sbx__subids_overlap(const char *text, uint32_t first, uint32_t count);
 /* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
  * life), its first id in *base. */
 int sbx__ids_claim(uint32_t *base, sbx_error_t *err);
-/* A user namespace mapping SBX_UID_BASE.. to base..: for idmapped mounts (returns its fd). The
+/* The uid_map (or gid_map) text of an idmapped mount's user namespace: on-disk owner -> base
+ * (the sandbox's root), on-disk SBX_UID_BASE + j -> base + j for the other ids j inside (the
+ * owner's slot, if it is one of those, swapped with SBX_UID_BASE). Returns its length. */
+int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base);
+/* A user namespace with those maps for uid and gid (returns its fd): for idmapped mounts. The
  * helper process that made it is dying; sbx__ids_idmap_reap collects it (once, later). */
 struct sbx_idmap_helper {
   pid_t pid;
   void *stack;
 };
-int sbx__ids_idmap_userns(uint32_t base, struct sbx_idmap_helper *h, sbx_error_t *err);
-/* The same with inside.. mapped to base.. (0: an image's layers, whose owners are 0-based). */
+int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, struct sbx_idmap_helper *h,
+                          sbx_error_t *err);
+/* A user namespace mapping inside.. to base.. for uid and gid (0: an image's layers, whose
+ * owners are 0-based). */
 int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
                         sbx_error_t *err);
 void sbx__ids_idmap_reap(struct sbx_idmap_helper *h);
@@ -99,13 +105,22 @@ struct sbx_launch_spec {
   size_t n_mounts;
   /* the launcher's own, not on the wire: */
   uint32_t uid_base; /* the sandbox's host id range (ids.c), SBX_UID_BASE without idmapping */
-  int idmap_fd;      /* user namespace for idmapped mounts (ids.c), or -1 */
   int layers_fd;     /* an image's: user namespace mapping 0.. onto the range, or -1 */
   /* launcher only: an ordinary user's sandbox (ids.c: every namespace is made at once, in a
    * user namespace mapping root inside to the user, plus uid_count - 1 subordinate ids from
    * sub_uid/sub_gid up when uid_count > 1) */
   bool rootless;
   uint32_t uid_count, sub_uid, sub_gid;
+  /* per tree ([0] the thread folder, [1..] the mounts): its owner when the launcher looked, and
+   * a user namespace idmapping it to that owner (ids.c), or -1; NULL without idmapping */
+  struct sbx_tree_owner {
+    uid_t uid;
+    gid_t gid;
+    int userns;
+  } * owners;
+  /* launcher only: a writable tree is idmapped to an owner other than SBX_UID_BASE, so
+   * commands may not make setuid/setgid files or file capabilities (confine.c) */
+  bool guard_setid;
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
@@ -206,6 +221,10 @@ int sbx__cgroup_systemd_scope(const struct sbx_launch_spec *s, const char *name,
                               char **path_out, sbx_error_t *err);
 /* The systemd manager's private socket for this caller (root's, or the user's own). */
 char *sbx__systemd_socket(void);
+/* The memory and CPU limits of a running sandbox's scope, as unit properties (they survive
+ * systemctl daemon-reload; 0 = none). */
+int sbx__cgroup_systemd_set_limits(const char *unit, uint64_t memory_bytes, uint64_t cpu_millis,
+                                   sbx_error_t *err);
 /* D-Bus reply decoding (fuzzed): the size of the message at p (header and body; 0 if p does not
  * start one), and, for a complete message, 0 if it answers serial (*error set, caller frees, if
  * it is an error), 1 if it is some other message, -1 if malformed. */
@@ -263,6 +282,8 @@ int sbx__net_setup_loopback(sbx_error_t *err);
 /* Drops capabilities to Docker's default set, sets no_new_privs, makes the process
  * non-dumpable and installs the default seccomp filter. */
 int sbx__confine(sbx_error_t *err);
+/* The setid guard of commands (see confine.c); 0 or -1. */
+int sbx__confine_setid_guard(void);
 /* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
  * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx__nofile_max() (commands get
  * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's

@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,6 +124,18 @@ int sbx__linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t
     if (tree < 0 || sbx_tree_nosuid_nodev(tree) < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "sandbox %s: clone a mount of `%s`", id,
                              user_data);
+    /* a folder of someone else's would be idmapped to that owner, whose files the spare's
+     * commands, started without the setuid guard (confine.c), could make setuid: a new
+     * sandbox is launched instead (the caller does, on this error) */
+    struct stat st;
+    if (fstat(tree, &st) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "sandbox %s: `%s`", id, user_data);
+    if (st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE)
+      return sbx__make_error(err, 0, SBX_E_BACKEND,
+                             "sandbox %s: a spare takes only folders owned by %u:%u (`%s` is "
+                             "%u:%u)",
+                             id, SBX_UID_BASE, SBX_UID_BASE, user_data, (unsigned) st.st_uid,
+                             (unsigned) st.st_gid);
     /* the folder's on-disk ids (SBX_UID_BASE..) appear as the spare's own range, which its
      * init's uid_map names (the metadata's record may predate ranges) */
     uint32_t base = spare_uid_base(in->meta.pid);
@@ -130,7 +143,8 @@ int sbx__linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t
       return sbx__make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
     if (base != SBX_UID_BASE) {
       struct sbx_idmap_helper helper = {0};
-      cleanup_close int userns = sbx__ids_idmap_userns(base, &helper, err);
+      cleanup_close int userns =
+          sbx__ids_idmap_userns(base, SBX_UID_BASE, SBX_UID_BASE, &helper, err);
       if (userns < 0)
         return -1;
       int r = sbx__tree_idmap(tree, userns);

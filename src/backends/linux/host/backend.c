@@ -226,6 +226,16 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   }
   sbx_buf_t payload = {0};
   sbx__launch_spec_encode(&spec, &payload);
+  /* a writable folder of someone else's than 100000: the one a fallback to the shared ids
+   * (no idmapping there) leaves unwritable by root inside, which the caller should hear of */
+  cleanup_free char *foreign = NULL;
+  for (size_t i = 0; i <= spec.n_mounts && foreign == NULL; i++) {
+    const char *host = i == 0 ? user_data : spec.mounts[i - 1].host;
+    struct stat st;
+    if (host[0] != '\0' && (i == 0 || !spec.mounts[i - 1].read_only) && stat(host, &st) == 0 &&
+        (st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE))
+      foreign = xasprintf("`%s` (%u:%u)", host, (unsigned) st.st_uid, (unsigned) st.st_gid);
+  }
   free(spec.mounts);
   free(spec.layers);
   free(spec.user_name);
@@ -285,6 +295,12 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   uint64_t uids = 0;
   if (sbx__tlv_get_u64(reply, hdr.len, SBX_T_UID, 0, &uids) > 0)
     in->meta.uid_base = (uint32_t) uids;
+  if (uids == SBX_UID_BASE && foreign)
+    sbx__log(SBX_LOG_WARNING,
+             "sandbox %s runs under the shared host ids %u.. (its folders could not be idmapped: "
+             "see `sbx doctor`): %s is not its owner's inside (root there may not write), and what "
+             "the sandbox writes in its folders belongs to uid %u on the host, not to their owners",
+             in->meta.id, SBX_UID_BASE, foreign, SBX_UID_BASE);
   in->meta.pid = (long) pid;
   in->meta.pid_start = sbx__proc_start_time((long) pid);
   if (sbx__str_has_prefix(cgroups, "none="))

@@ -4,6 +4,7 @@
 #include "linux.h"
 #include <sbx/sbx.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
 #include <sched.h>
@@ -53,6 +54,48 @@ static char *read_trim(const char *path)
     return NULL;
   data[strcspn(data, "\n")] = '\0';
   return data;
+}
+
+/* Whether the state folder's file system takes idmapped mounts, tried the way the launcher
+ * does (a detached copy of it, idmapped, then dropped): thread folders live there. */
+static void check_idmap(struct report *r)
+{
+  const char *home = getenv("SBX_HOME");
+  struct stat st;
+  if (home == NULL || *home == '\0' || stat(home, &st) < 0)
+    home = "."; /* not made yet: it would be made here, most likely on this file system */
+  const char *fix = "keep $SBX_HOME and volumes on ext4, xfs, btrfs (or tmpfs on Linux 6.3+)";
+  if (!sbx__kernel_has(SBX_KF_MOUNT_SETATTR)) {
+    line(r, WARN, "idmapped", "Linux 5.12 or newer",
+         "no idmapped mounts (Linux 5.12): files sandboxes write in thread folders and volumes "
+         "belong to uid %u on the host, not to the folder's owner, and every sandbox with a "
+         "folder runs under the shared ids %u..",
+         SBX_UID_BASE, SBX_UID_BASE);
+    return;
+  }
+  if (geteuid() != 0 || stat(home, &st) < 0) {
+    line(r, INFO, "idmapped", NULL,
+         "idmapped mounts available: files sandboxes write in a thread folder or volume belong "
+         "to the folder's owner where its file system can idmap (tried as root only)");
+    return;
+  }
+  cleanup_close int tree = sbx__open_tree_nofollow(home, false);
+  struct sbx_idmap_helper h = {0};
+  cleanup_close int userns =
+      tree < 0 ? -1 : sbx__ids_idmap_userns(SBX_RANGE_FIRST, st.st_uid, st.st_gid, &h, NULL);
+  int ok = userns >= 0 ? sbx__tree_idmap(tree, userns) : -1;
+  int e = errno;
+  sbx__ids_idmap_reap(&h);
+  if (ok == 0)
+    line(r, OK, "idmapped", NULL,
+         "idmapped mounts work in `%s`: files sandboxes write in a thread folder or volume "
+         "belong to the folder's owner on the host",
+         home);
+  else
+    line(r, WARN, "idmapped", fix,
+         "the file system of `%s` cannot idmap (%s): sandboxes with a thread folder there run "
+         "under the shared ids %u.. and their files belong to uid %u, not to the folder's owner",
+         home, strerror(e), SBX_UID_BASE, SBX_UID_BASE);
 }
 
 static void check_kernel(struct report *r)
@@ -260,10 +303,7 @@ static void check_privilege(struct report *r, const char *home)
        actions ? "filters available: " : "no seccomp filters", actions ? actions : "");
   if (seccomp > 0)
     line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)", seccomp);
-  bool idmap = sbx__kernel_has(SBX_KF_MOUNT_SETATTR);
-  line(r, idmap ? OK : WARN, "idmapped", "Linux 5.12 or newer",
-       "idmapped mounts %s (the thread folder and volumes keep owner 100000 on disk)",
-       idmap ? "available" : "unavailable (Linux 5.12): sandboxes share one id range");
+  check_idmap(r);
   bool ovl = sbx__kernel_ovl_idmap();
   line(r, ovl ? OK : WARN, "overlayfs", "Linux 5.19 or newer (or use image `host`)",
        "overlayfs with idmapped lower layers %s",

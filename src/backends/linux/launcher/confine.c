@@ -115,6 +115,19 @@ int sbx__confine_rlimits(sbx_error_t *err)
   return 0;
 }
 
+/* Each command's, when a writable folder is idmapped to a host user's ids (rootfs.c): no
+ * setuid/setgid modes (gen-seccomp.c's second program) and no CAP_SETFCAP, so no file
+ * capabilities either (one written by the sandbox's root into a root-owned volume would be
+ * host root's). In the command's child, before exec: system calls only. */
+int sbx__confine_setid_guard(void)
+{
+  if (prctl(PR_CAPBSET_DROP, CAP_SETFCAP, 0, 0, 0) < 0)
+    return -1;
+  struct sock_fprog prog = {.len = (unsigned short) ARRAY_SIZE(sbx_seccomp_setid_guard),
+                            .filter = (struct sock_filter *) sbx_seccomp_setid_guard};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -1 : 0;
+}
+
 int sbx__confine(sbx_error_t *err)
 {
   if (drop_caps(err) < 0)

@@ -147,7 +147,8 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
   struct sbx_agent_opts opts = {.listen_fd = listen_fd,
                                 .lease_fd = lease_fd,
                                 .idle_timeout_s = s->idle_timeout_s,
-                                .cmd_nofile = SBX_NOFILE_CMD};
+                                .cmd_nofile = SBX_NOFILE_CMD,
+                                .cmd_confine = s->guard_setid ? sbx__confine_setid_guard : NULL};
   _exit(sbx__agent_serve(&opts));
 }
 
@@ -165,6 +166,41 @@ static int write_map(pid_t pid, const char *file, uint32_t base, sbx_error_t *er
 static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
                      sbx_error_t *err);
 
+/* The owner of each host tree and a user namespace idmapping it to that owner (one per
+ * distinct owner; trees sharing one get a dup). The child checks each tree it opens still has
+ * that owner: the namespace grants the sandbox's root exactly that owner's files. */
+static void owners_make(struct sbx_launch_spec *s, struct sbx_idmap_helper *helpers)
+{
+  size_t n = s->n_mounts + 1, made = 0;
+  s->owners = xmalloc(n * sizeof *s->owners);
+  for (size_t i = 0; i < n; i++) {
+    struct sbx_tree_owner *o = &s->owners[i];
+    const char *host = i == 0 ? s->user_data : s->mounts[i - 1].host;
+    struct stat st;
+    o->userns = -1;
+    if (host[0] == '\0' || stat(host, &st) < 0)
+      continue; /* the child names the error */
+    o->uid = st.st_uid;
+    o->gid = st.st_gid;
+    for (size_t k = 0; k < i && o->userns < 0; k++)
+      if (s->owners[k].userns >= 0 && s->owners[k].uid == o->uid && s->owners[k].gid == o->gid)
+        o->userns = fcntl(s->owners[k].userns, F_DUPFD_CLOEXEC, 3);
+    if (o->userns < 0)
+      o->userns = sbx__ids_idmap_userns(s->uid_base, o->uid, o->gid, &helpers[made++], NULL);
+  }
+}
+
+static void owners_free(struct sbx_launch_spec *s, struct sbx_idmap_helper *helpers)
+{
+  for (size_t i = 0; s->owners && i <= s->n_mounts; i++) {
+    if (s->owners[i].userns >= 0)
+      close(s->owners[i].userns);     /* the child had its copy */
+    sbx__ids_idmap_reap(&helpers[i]); /* long dead by now: no wait */
+  }
+  free(s->owners);
+  s->owners = NULL;
+}
+
 static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *cg,
                   sbx_error_t *err)
 {
@@ -172,7 +208,7 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
     /* rootless (ids.c): root inside is the user, plus a subordinate range of its own if
      * /etc/subuid gives the user one; no idmapped mounts (the files are the user's anyway) */
     s->rootless = true;
-    s->idmap_fd = -1;
+    s->owners = NULL;
     cleanup_close int sub_fd = sbx__ids_rootless(s, err);
     if (sub_fd < 0 && sub_fd != SBX_IDS_SINGLE && sub_fd != SBX_IDS_SHARED)
       return -1;
@@ -182,12 +218,12 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
    * ours is dropped when we exit. Without idmapping (no range dir, no user namespace for it)
    * the shared range. */
   cleanup_close int range_fd = sbx__ids_claim(&s->uid_base, NULL);
-  s->idmap_fd = -1;
+  s->owners = NULL;
   if (range_fd < 0)
     s->uid_base = SBX_UID_BASE;
-  struct sbx_idmap_helper helper = {0};
+  cleanup_free struct sbx_idmap_helper *helpers = xzalloc((s->n_mounts + 1) * sizeof *helpers);
   if (range_fd >= 0 && (s->user_data[0] != '\0' || s->n_mounts > 0))
-    s->idmap_fd = sbx__ids_idmap_userns(s->uid_base, &helper, NULL);
+    owners_make(s, helpers);
   /* an image's layers are seen through the range's ids: made here, where a helper sharing our
    * memory costs a clone, not by the sandbox's PID 1 (a fork and a wait) */
   struct sbx_idmap_helper lhelper = {0};
@@ -195,11 +231,9 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
   int r = -1;
   if (!s->layers || (s->layers_fd = sbx__ids_userns_map(0, s->uid_base, &lhelper, err)) >= 0)
     r = launch_in(s, out_pid, cg, err);
-  if (s->idmap_fd >= 0)
-    close(s->idmap_fd); /* the child had its copy */
+  owners_free(s, helpers);
   if (s->layers_fd >= 0)
-    close(s->layers_fd);
-  sbx__ids_idmap_reap(&helper); /* long dead by now: no wait */
+    close(s->layers_fd); /* the child had its copy */
   sbx__ids_idmap_reap(&lhelper);
   return r;
 }

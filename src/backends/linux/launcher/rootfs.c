@@ -260,17 +260,20 @@ static int mountpoint_in_root(int rootfd, const char *path, bool dir, sbx_error_
  * owned by it. Each is reached without following a symlink (the library resolved the
  * operator's own; a sandbox that can write next to a volume's folder could have planted one,
  * to the host's /, since sbxd checked it: ELOOP then, never the wrong tree), made nosuid,nodev,
- * idmapped (SBX_UID_BASE on disk is the sandbox's range inside) and made read-only before it
- * is attached. Without idmapping (a file system that has none) the sandbox takes the shared
- * range SBX_UID_BASE instead: its thread's files would otherwise carry ids that another
- * sandbox gets later. trees[0] is the thread folder (-1 for a throw-away sandbox). */
+ * idmapped to the owner of its top (the sandbox's root writes as that owner, ids.c) and made
+ * read-only before it is attached. Without idmapping (a file system that has none) the
+ * sandbox takes the shared range SBX_UID_BASE instead: its thread's files would otherwise
+ * carry ids that another sandbox gets later; a folder owned by anyone else is then not
+ * writable by root inside (libsbx warns: the range is the shared one). trees[0] is the thread
+ * folder (-1 for a throw-away sandbox). */
 static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
 {
-  if ((s->user_data[0] != '\0' || s->n_mounts > 0) && s->idmap_fd < 0 && !s->rootless)
+  if ((s->user_data[0] != '\0' || s->n_mounts > 0) && s->owners == NULL && !s->rootless)
     s->uid_base = SBX_UID_BASE; /* no namespace to idmap with: the shared range */
   for (int attempt = 0; attempt < 2; attempt++) {
-    bool idmap = attempt == 0 && s->idmap_fd >= 0;
+    bool idmap = attempt == 0 && s->owners != NULL;
     bool retry = false;
+    s->guard_setid = false;
     for (size_t i = 0; i <= s->n_mounts && !retry; i++) {
       const char *host = i == 0 ? s->user_data : s->mounts[i - 1].host;
       bool ro = i > 0 && s->mounts[i - 1].read_only;
@@ -285,17 +288,20 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
           return sbx__make_error(err, errno, SBX_E_CONFIG, "make `%s` nosuid,nodev", host);
         s->nosuid_by_remount = true; /* read_only mounts were refused before (kernel.c) */
       }
-      /* a mount is idmapped when its top belongs to the sandboxes' on-disk owner (the thread
-       * folder, sbxd's named volumes): a host folder owned by anyone else would turn
-       * unwritable (the kernel refuses writes to an inode whose owner the idmap lacks) */
       struct stat st;
       if (fstat(tree, &st) < 0)
         return sbx__make_error(err, errno, SBX_E_CONFIG, "mount source `%s`", host);
-      bool ours = i == 0 || st.st_uid == SBX_UID_BASE;
-      if (idmap && ours && sbx__tree_idmap(tree, s->idmap_fd) < 0) {
+      const struct sbx_tree_owner *o = idmap ? &s->owners[i] : NULL;
+      if (o && o->userns >= 0 && (st.st_uid != o->uid || st.st_gid != o->gid))
+        return sbx__make_error(err, EAGAIN, SBX_E_CONFIG,
+                               "mount source `%s` changed owner while the sandbox was made", host);
+      if (o && o->userns >= 0 && sbx__tree_idmap(tree, o->userns) < 0) {
         if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS && errno != EPERM)
           return sbx__make_error(err, errno, SBX_E_INTERNAL, "idmap `%s`", host);
         retry = !ro; /* a read-only mount keeps the ids it has, nothing is written there */
+      } else if (o && o->userns >= 0 && !ro &&
+                 (st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE)) {
+        s->guard_setid = true;
       }
       struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
       if (ro && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
@@ -384,10 +390,11 @@ int sbx__rootfs_setup(struct sbx_launch_spec *s, sbx_error_t *err)
   for (size_t i = 0; i <= s->n_mounts; i++)
     trees[i] = -1;
   int r = prepare_trees(s, trees, err);
-  if (s->idmap_fd >= 0) {
-    close(s->idmap_fd);
-    s->idmap_fd = -1;
-  }
+  for (size_t i = 0; s->owners && i <= s->n_mounts; i++)
+    if (s->owners[i].userns >= 0) {
+      close(s->owners[i].userns);
+      s->owners[i].userns = -1;
+    }
   if (r == 0)
     r = s->layers ? image_setup(s, trees, err) : rootfs_setup(s, trees, err);
   if (s->layers_fd >= 0) {
