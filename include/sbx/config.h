@@ -52,7 +52,7 @@ struct sbx_config {
   uint64_t memory_mib; /* default 1024; 0 = no limit */
   double cpus;         /* default 0 = no limit */
   int64_t pids;        /* default 1024; 0 = no limit */
-  char *network;       /* "none" (default) or "host" */
+  char *network;       /* "none" (default), "egress" (docs/network.md) or "host" */
   struct sbx_mount *mounts;
   size_t n_mounts;
   uint64_t output_max_bytes;          /* per stream kept by execute_command, default 10 MiB */
@@ -103,6 +103,10 @@ struct sbx_config {
   int64_t max_sandbox_timeout;    /* 86400 */
   struct sbx_image_alias *images; /* image names accepted besides "host" */
   size_t n_images;
+
+  /* sandbox.network_policy (network egress): the initial policy as JSON ({defaultAction,
+   * egress}); NULL: allow all but the always-denied ranges (docs/network.md) */
+  char *network_policy;
 };
 
 /* Defaults for everything. */

@@ -1,0 +1,173 @@
+/* sandbox.network egress, the host side (docs/network.md): the sandbox's network namespace is
+ * made by the launcher like any other (owned by the host's user namespace); once its init runs,
+ * this starts the sandbox's enforcer, sbx-net (src/net/enforcer.c), which attaches pasta to that
+ * namespace and filters it. The enforcer records itself in net/enforcer and lives as long as the
+ * init: it survives the front-end (nothing here needs to be adopted), and destroy kills it.
+ *
+ * The policy: net/policy.json (src/net/store.h), written before the enforcer starts for a new
+ * sandbox. A spare starts with none (everything denied) and gets the new sandbox's when it is
+ * taken; that waits for the enforcer's acknowledgement (net/applied), so the first command
+ * already runs under it. */
+#include "linux.h"
+#include "../../../lib/backend.h"
+#include "../../../net/store.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+#define ENFORCER_RECORD SBX_NET_DIR "/enforcer"
+#define ENFORCER_APPLIED SBX_NET_DIR "/applied"
+#define APPLY_TIMEOUT_MS 5000
+
+bool sbx__linux_egress(const struct sbx_config *c)
+{
+  return c->network && strcmp(c->network, "egress") == 0;
+}
+
+/* $SBX_NET, else sbx-net next to sbx-init */
+static char *enforcer_path(void)
+{
+  const char *env = getenv("SBX_NET");
+  if (env && *env)
+    return xstrdup(env);
+  char *init = sbx__init_path();
+  char *slash = strrchr(init, '/');
+  char *p = xasprintf("%.*ssbx-net", slash ? (int) (slash - init + 1) : 0, init);
+  free(init);
+  return p;
+}
+
+/* sbx_create's policy, else the configured one, else allow (but the always-denied ranges) */
+static int write_policy(struct sbx_instance *in, sbx_error_t *err)
+{
+  const char *text = in->network_policy ? in->network_policy : in->cfg->network_policy;
+  sbx_net_policy_t *p = text ? sbx__net_policy_parse(text, strlen(text), "network_policy", err)
+                             : sbx__net_policy_new(SBX_NET_ALLOW);
+  if (p == NULL)
+    return -1;
+  int r = sbx__net_store_write(in->dir, p, err);
+  sbx__net_policy_free(p);
+  return r;
+}
+
+static unsigned applied_gen(const char *dir)
+{
+  cleanup_free char *path = xasprintf("%s/" ENFORCER_APPLIED, dir);
+  cleanup_free char *text = NULL;
+  return sbx__read_file_at(AT_FDCWD, path, 64, &text, NULL) == 0
+             ? (unsigned) strtoul(text, NULL, 10)
+             : 0;
+}
+
+int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err)
+{
+  if (in->provider != NULL && write_policy(in, err) < 0)
+    return -1;
+  cleanup_free char *exe = enforcer_path();
+  cleanup_free char *pid = xasprintf("%ld", in->meta.pid);
+  cleanup_free char *start = xasprintf("%llu", in->meta.pid_start);
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDWR, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  char verb[] = "serve";
+  char *argv[] = {exe, verb, in->dir, pid, start, NULL};
+  pid_t child;
+  int r = posix_spawn(&child, exe, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  cleanup_close int rd = out[0];
+  if (r != 0)
+    return sbx__make_error(err, r, SBX_E_UNSUPPORTED,
+                           "sandbox.network egress: run `%s` (is sbx installed whole?)", exe);
+  /* it answers one line once the sandbox's network is up, then leaves its enforcer behind */
+  char line[1024];
+  size_t got = 0;
+  for (uint64_t until = sbx__now_ms() + 15000; got < sizeof line - 1;) {
+    struct pollfd p = {rd, POLLIN, 0};
+    int64_t left = (int64_t) (until - sbx__now_ms());
+    if (left <= 0 || poll(&p, 1, (int) left) <= 0)
+      break;
+    ssize_t n = read(rd, line + got, sizeof line - 1 - got);
+    if (n <= 0)
+      break;
+    got += (size_t) n;
+    if (memchr(line, '\n', got))
+      break;
+  }
+  line[got] = '\0';
+  line[strcspn(line, "\n")] = '\0';
+  int status = 0;
+  if (strncmp(line, "ok", 2) != 0)
+    kill(child, SIGKILL);
+  TEMP_FAILURE_RETRY(waitpid(child, &status, 0));
+  if (strncmp(line, "ok", 2) == 0)
+    return 0;
+  sbx__linux_net_stop(in->dir);
+  return sbx__make_error(err, 0, SBX_E_BACKEND, "sandbox %s: sandbox.network egress: %s",
+                         in->meta.id,
+                         sbx__str_has_prefix(line, "error: ") ? line + 7
+                         : *line                              ? line
+                                                              : "the enforcer (sbx-net) died");
+}
+
+int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err)
+{
+  unsigned before = applied_gen(in->dir);
+  cleanup_free char *netdir = xasprintf("%s/" SBX_NET_DIR, in->dir);
+  cleanup_close int ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (ino >= 0)
+    inotify_add_watch(ino, netdir, IN_CLOSE_WRITE | IN_MOVED_TO);
+  if (write_policy(in, err) < 0)
+    return -1;
+  for (uint64_t until = sbx__now_ms() + APPLY_TIMEOUT_MS; applied_gen(in->dir) == before;) {
+    int64_t left = (int64_t) (until - sbx__now_ms());
+    if (left <= 0)
+      return sbx__make_error(err, ETIMEDOUT, SBX_E_BACKEND,
+                             "sandbox %s: its network enforcer did not apply the policy",
+                             in->meta.id);
+    struct pollfd p = {ino, POLLIN, 0};
+    if (ino < 0)
+      usleep(500);
+    else if (poll(&p, 1, (int) (left < 50 ? left : 50)) > 0) {
+      char buf[4096];
+      while (read(ino, buf, sizeof buf) > 0)
+        ;
+    }
+  }
+  return 0;
+}
+
+void sbx__linux_net_stop(const char *dir)
+{
+  cleanup_free char *path = xasprintf("%s/" ENFORCER_RECORD, dir);
+  cleanup_free char *text = NULL;
+  long long pid = 0;
+  unsigned long long start = 0;
+  if (sbx__read_file_at(AT_FDCWD, path, 256, &text, NULL) < 0 ||
+      sscanf(text, "pid=%lld\nstart=%llu", &pid, &start) != 2 || pid <= 0)
+    return;
+  int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+  if (pidfd < 0)
+    return;
+  if (sbx__proc_start_time((long) pid) == start) {
+    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+    struct pollfd p = {pidfd, POLLIN, 0};
+    poll(&p, 1, 2000);
+  }
+  close(pidfd);
+}
