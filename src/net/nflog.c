@@ -60,8 +60,12 @@ int sbx__nflog_open(uint16_t group, sbx_error_t *err)
     return sbx__make_error(err, errno, SBX_E_BACKEND, "open an nflog socket");
   struct nfulnl_msg_config_cmd cmd = {.command = NFULNL_CFG_CMD_BIND};
   struct nfulnl_msg_config_mode mode = {.copy_range = htonl(64), .copy_mode = NFULNL_COPY_PACKET};
+  /* one message per packet, sent at once (the default batches for up to a second) */
+  uint32_t one = htonl(1), zero = 0;
   if (config(fd, group, NFULA_CFG_CMD, &cmd, sizeof cmd) < 0 ||
-      config(fd, group, NFULA_CFG_MODE, &mode, sizeof mode) < 0)
+      config(fd, group, NFULA_CFG_MODE, &mode, sizeof mode) < 0 ||
+      config(fd, group, NFULA_CFG_QTHRESH, &one, sizeof one) < 0 ||
+      config(fd, group, NFULA_CFG_TIMEOUT, &zero, sizeof zero) < 0)
     return sbx__make_error(err, errno, SBX_E_BACKEND, "bind nflog group %u", group);
   int fl = 1;
   setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &fl, sizeof fl);

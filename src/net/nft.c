@@ -146,6 +146,9 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
                   SBX_NFT_LOG_GROUP);
   sbx__buf_puts(b, "  chain out {\n    type filter hook output priority 0; policy drop;\n");
   sbx__buf_puts(b, "    oif \"lo\" accept\n");
+  /* the kernel's own link traffic (neighbour discovery, multicast listener reports): to pasta */
+  sbx__buf_puts(b, "    icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, "
+                   "mld-listener-report, mld2-listener-report } accept\n");
   /* a connection this ruleset let through goes on; one of an earlier ruleset is decided anew */
   sbx__buf_printf(b, "    ct state established,related ct mark %u accept\n", gen);
   const char *accept = "ct mark set";
