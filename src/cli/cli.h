@@ -88,6 +88,7 @@ int cmd_images(struct cli *c, int argc, char **argv);
 int cmd_rmi(struct cli *c, int argc, char **argv);
 int cmd_doctor(struct cli *c, int argc, char **argv);
 int cmd_pull(struct cli *c, int argc, char **argv);
+int cmd_net(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */

@@ -18,6 +18,7 @@ static const struct cli_verb verbs[] = {
     {"ps", cmd_ps, "list the sandboxes of the pool"},
     {"release", cmd_release, "park the scope's sandbox warm"},
     {"rm", cmd_rm, "destroy the scope's sandbox"},
+    {"net", cmd_net, "show or change the egress policy of the scope's sandbox"},
     {"gc", cmd_gc, "reap dead and idle sandboxes now"},
     {"down", cmd_down, "destroy every sandbox of the pool"},
     {"config", cmd_config, "check or show the configuration"},

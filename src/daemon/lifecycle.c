@@ -7,7 +7,9 @@
 #include "registry.h"
 #include "spares.h"
 #include "volumes.h"
+#include "egress.h"
 #include "../lib/image/image.h"
+#include "../net/policy.h"
 #include "../lib/image/registry.h"
 
 #include <errno.h>
@@ -204,6 +206,7 @@ struct create {
   double cpus;
   uint64_t memory;
   sbx_strv_t envv; /* "KEY=VALUE" */
+  char *netpol_s;  /* the validated networkPolicy for an egress sandbox (owned) */
 };
 
 static void create_members(struct create *c, json_t *body)
@@ -341,15 +344,28 @@ static const char *create_unsupported(struct create *c, char **msg)
       return INVALID_PARAMETER;
   }
   if (c->netpol) {
-    const char *def = json_string_value(opt(c->netpol, "defaultAction"));
-    size_t rules = json_array_size(opt(c->netpol, "egress"));
-    bool host_net = srv.cfg->network && strcmp(srv.cfg->network, "host") == 0;
-    bool ok = host_net ? (def && strcmp(def, "allow") == 0 && rules == 0)
-                       : ((def == NULL || strcmp(def, "deny") == 0) && rules == 0);
+    /* the egress policy's own parser (src/net/policy.c): its message names the field */
+    sbx_error_t err = NULL;
+    sbx_net_policy_t *pol = sbx__net_policy_from_json(c->netpol, "networkPolicy", &err);
+    if (pol == NULL) {
+      *msg = xstrdup(err->msg);
+      sbx_error_release(&err);
+      return INVALID_PARAMETER;
+    }
+    const char *net = srv.cfg->network ? srv.cfg->network : "none";
+    bool host_net = strcmp(net, "host") == 0, ok;
+    if (strcmp(net, "egress") == 0) {
+      c->netpol_s = sbx__net_policy_serialize(pol);
+      ok = true;
+    } else {
+      int want = host_net ? SBX_NET_ALLOW : SBX_NET_DENY;
+      ok = pol->default_action == want && pol->n == 0;
+    }
+    sbx__net_policy_free(pol);
     if (!ok) {
       *msg = xasprintf("networkPolicy is not supported beyond the configured network: sandboxes "
                        "%s (sandbox.network: %s), so only {\"defaultAction\": \"%s\"} with no "
-                       "egress rules is accepted.",
+                       "egress rules is accepted; sandbox.network: egress enforces any policy.",
                        host_net ? "share the host's network" : "have no network access",
                        host_net ? "host" : "none", host_net ? "allow" : "deny");
       return NOT_SUPPORTED;
@@ -439,7 +455,8 @@ static struct box *create_sandbox(struct req *r, const struct create *c, struct 
                               .cpus = c->cpus,
                               .mounts = vs->m,
                               .n_mounts = vs->n,
-                              .extra = extra_s};
+                              .extra = extra_s,
+                              .network_policy = c->netpol_s};
   sbx_error_t err = NULL;
   sbx_sandbox_t *sb = sbx_create(srv.p, &o, &err);
   if (sb && srv.cfg->spares > 0)
@@ -521,6 +538,7 @@ enum MHD_Result h_sandbox_create(struct req *r)
     code = create_limits_env(&c, &msg);
   if (code) {
     sbx__strv_free(&c.envv);
+    free(c.netpol_s);
     return sbxd_error(r, 400, code, "%s", msg);
   }
   struct volumes vs;
@@ -530,11 +548,13 @@ enum MHD_Result h_sandbox_create(struct req *r)
     free(ve.msg);
     volumes_free(&vs);
     sbx__strv_free(&c.envv);
+    free(c.netpol_s);
     return ret;
   }
   struct box *b = create_sandbox(r, &c, &vs, create_extra(&c, &vs), &ret);
   volumes_free(&vs);
   sbx__strv_free(&c.envv);
+  free(c.netpol_s);
   if (b == NULL)
     return ret;
   if (create_entrypoint(r, b, c.entry, &ret) < 0) {
@@ -870,8 +890,10 @@ enum MHD_Result h_sandbox_endpoint(struct req *r)
     cleanup_free char *ep =
         proxy ? xasprintf("%s/sandboxes/%s/proxy/%lld", host, id, (long long) port)
               : xasprintf("%s/direct/%s/%lld", host, id, (long long) port);
-    ret = sbxd_json(
-        r, 200, json_pack("{s:s,s:{s:s}}", "endpoint", ep, "headers", SBXD_TOKEN_HEADER, b->token));
+    json_t *headers = json_pack("{s:s}", SBXD_TOKEN_HEADER, b->token);
+    if (port == SBXD_EGRESS_PORT) /* the egress API (egress.c) takes the sidecar's header too */
+      json_object_set_new(headers, SBXD_EGRESS_AUTH_HEADER, json_string(b->token));
+    ret = sbxd_json(r, 200, json_pack("{s:s,s:o}", "endpoint", ep, "headers", headers));
   }
   box_put(b);
   return ret;

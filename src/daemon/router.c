@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "contract.h"
 #include "ctx.h"
+#include "egress.h"
 #include "files.h"
 #include "lifecycle.h"
 #include "mcp_http.h"
@@ -28,7 +29,7 @@
 
 #include <string.h>
 
-enum { API, EXECD };
+enum { API, EXECD, EGRESS };
 enum { ROUTE_NO_AUTH = 1, ROUTE_NO_V1 = 2, ROUTE_AT_ONCE = 4 };
 
 struct route {
@@ -76,6 +77,7 @@ static const struct route routes[] = {
     {API, "GET", "/sandboxes", h_sandbox_list, LC, 0},
     {API, "POST", "/sandboxes", h_sandbox_create, LC, 0},
     {API, "POST", "/metrics/events", h_metrics_events, LC, 0},
+    {API, GET_HEAD, "/metrics", h_net_metrics, 0, 0},
     {API, "GET", "/sandboxes/{id}", h_sandbox_get, LC, 0},
     {API, "DELETE", "/sandboxes/{id}", h_sandbox_delete, LC, 0},
     {API, "PATCH", "/sandboxes/{id}/metadata", h_sandbox_metadata, LC, 0},
@@ -125,6 +127,11 @@ static const struct route routes[] = {
     {EXECD, "DELETE", "/directories", h_dir_remove, 0, 0},
     {EXECD, NULL, "/code*", h_no_code, 0, ROUTE_AT_ONCE},
     {EXECD, NULL, "/pty*", h_no_code, 0, ROUTE_AT_ONCE},
+
+    /* a sandbox's egress API (egress.c), below its endpoint for port 18080 */
+    {EGRESS, "GET", "/policy", h_egress_get, 0, 0},
+    {EGRESS, "PATCH", "/policy", h_egress_patch, SBXD_BODY_EGRESS, 0},
+    {EGRESS, "DELETE", "/policy", h_egress_delete, SBXD_BODY_EGRESS, 0},
 };
 
 #undef GET_HEAD
@@ -342,7 +349,11 @@ static enum MHD_Result endpoint(struct req *r, char **s, size_t base, size_t pre
   if (r->box == NULL || r->box->kind != BOX_MANAGED)
     return sbxd_error(r, 404, "DOCKER::SANDBOX_NOT_FOUND", "Sandbox %s not found.", id);
   const char *tok = sbxd_header(r, SBXD_TOKEN_HEADER);
+  if (r->port == SBXD_EGRESS_PORT && tok == NULL)
+    tok = sbxd_header(r, SBXD_EGRESS_AUTH_HEADER); /* the egress sidecar's own header */
   if (!(tok && sbxd_secret_equal(tok, r->box->token)) && !api_key_ok(r)) {
+    if (r->port == SBXD_EGRESS_PORT)
+      return sbxd_text(r, 401, "text/plain; charset=utf-8", "unauthorized\n", 13);
     json_t *j = json_pack("{s:s,s:s,s:s}", "code", "UNAUTHORIZED", "message",
                           "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN", "error",
                           "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN");
@@ -350,6 +361,14 @@ static enum MHD_Result endpoint(struct req *r, char **s, size_t base, size_t pre
   }
   r->sub = url_sub(r->url, base + prefix);
   r->raw_sub = raw_strip(r->raw_uri, base + prefix);
+  if (r->port == SBXD_EGRESS_PORT) {
+    /* the egress sidecar's port is sbxd's own: the policy is not the sandbox's to serve */
+    bool known;
+    const struct route *rt = find(EGRESS, false, r->method, r->sub, &known);
+    if (rt == NULL)
+      return known ? h_egress_method(r) : h_egress_not_found(r);
+    return dispatch(r, rt, r->sub);
+  }
   if (r->port != SBXD_EXECD_PORT)
     return sbxd_proxy_begin(r);
   if (strncmp(r->sub, "/proxy/", 7) == 0)

@@ -41,6 +41,8 @@ int sbx__dns_read_name(const uint8_t *pkt, size_t len, size_t *off, char out[SBX
        * cap this refuses every loop */
       if (target >= pos || ++jumps > MAX_JUMPS)
         return sbx__make_error(err, 0, SBX_E_INVALID, "dns: compression loop");
+      if (target < SBX_DNS_HEADER)
+        return sbx__make_error(err, 0, SBX_E_INVALID, "dns: compression pointer into the header");
       pos = target;
       continue;
     }
@@ -100,17 +102,30 @@ int sbx__dns_parse_query(const uint8_t *pkt, size_t len, struct sbx_dns_query *q
 size_t sbx__dns_build_reply(const uint8_t *query, const struct sbx_dns_query *q, int rcode,
                             uint8_t *out, size_t cap)
 {
-  size_t n = q->question_end;
-  if (cap < n || n < SBX_DNS_HEADER)
+  /* the question is written anew from the parsed name (uncompressed): a copy could carry
+   * pointers into the header, which the reply changes */
+  size_t nl = strlen(q->name), need = SBX_DNS_HEADER + (nl ? nl + 2 : 1) + 4;
+  if (cap < need)
     return 0;
-  memcpy(out, query, n);
+  memcpy(out, query, 2); /* id */
   uint16_t flags =
       (uint16_t) (SBX_DNS_FLAG_QR | (q->flags & 0x0100) /* RD */ | 0x0080 /* RA */ | (rcode & 0xf));
   out[2] = (uint8_t) (flags >> 8);
   out[3] = (uint8_t) flags;
   out[4] = 0, out[5] = 1; /* QDCOUNT */
   memset(out + 6, 0, 6);  /* AN, NS, AR */
-  return n;
+  size_t o = SBX_DNS_HEADER;
+  for (const char *l = q->name; *l;) {
+    size_t len = strcspn(l, ".");
+    out[o++] = (uint8_t) len;
+    memcpy(out + o, l, len);
+    o += len;
+    l += len + (l[len] == '.');
+  }
+  out[o++] = 0;
+  out[o++] = (uint8_t) (q->qtype >> 8), out[o++] = (uint8_t) q->qtype;
+  out[o++] = (uint8_t) (q->qclass >> 8), out[o++] = (uint8_t) q->qclass;
+  return o;
 }
 
 void sbx__dns_response_clear(struct sbx_dns_response *r)
@@ -224,10 +239,11 @@ int sbx__dns_parse_response(const uint8_t *pkt, size_t len, struct sbx_dns_respo
       pin.addr.family = AF_INET6;
       memcpy(pin.addr.a, pkt + x->rdata, 16);
     } else if (x->type == SBX_DNS_TYPE_A || x->type == SBX_DNS_TYPE_AAAA) {
+      size_t rdlen = x->rdlen; /* x is in rrs */
       free(rrs);
       sbx__dns_response_clear(r);
       return sbx__make_error(err, 0, SBX_E_INVALID, "dns: answer %u: address of %zu bytes", i,
-                             x->rdlen);
+                             rdlen);
     } else
       continue;
     if (r->n_pins == MAX_PINS)

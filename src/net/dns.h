@@ -41,7 +41,8 @@ struct sbx_dns_query {
 int sbx__dns_parse_query(const uint8_t *pkt, size_t len, struct sbx_dns_query *q, sbx_error_t *err);
 
 /* A reply to q with rcode and no answers: the header (id, RD copied, QR and RA set) and the
- * question as received. Returns its length, or 0 if cap is too small. */
+ * question (the parsed name, uncompressed, its type and class). Returns its length, or 0 if cap
+ * is too small. */
 size_t sbx__dns_build_reply(const uint8_t *query, const struct sbx_dns_query *q, int rcode,
                             uint8_t *out, size_t cap);
 

@@ -460,7 +460,7 @@ sbx_net_policy_t *sbx__net_policy_parse(const char *text, size_t len, const char
                                         sbx_error_t *err)
 {
   json_error_t je;
-  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
   if (j == NULL) {
     sbx__make_error(err, 0, SBX_E_INVALID, "%s: not JSON (line %d: %s)", what ? what : "policy",
                     je.line, je.text);
@@ -628,8 +628,13 @@ void sbx__net_policy_decide_name(const sbx_net_policy_t *p, const char *name,
 {
   char buf[SBX_NET_MAX_TARGET + 2];
   size_t len = strnlen(name, sizeof buf);
-  if (len == sizeof buf)
-    len = sizeof buf - 1; /* longer than any rule: only the default can match */
+  if (len == sizeof buf) {
+    /* longer than any DNS name: never a match for a rule, and never let through */
+    d->action = SBX_NET_DENY;
+    d->rule = NULL;
+    snprintf(d->why, sizeof d->why, "invalid name: longer than %d characters", SBX_NET_MAX_TARGET);
+    return;
+  }
   for (size_t i = 0; i < len; i++)
     buf[i] = (char) tolower((unsigned char) name[i]);
   if (len > 1 && buf[len - 1] == '.')

@@ -122,7 +122,8 @@ const char *sbx__net_addr_str(const struct sbx_net_addr *a, char *buf, size_t le
 bool sbx__net_addr_in(const struct sbx_net_addr *a, const struct sbx_net_addr *net, int prefix);
 
 /* A DNS name (lowercase or not, trailing dot or not): the first domain/wildcard rule matching
- * it, else the default. Never consults the always-denied set (that is about addresses). */
+ * it, else the default. Never consults the always-denied set (that is about addresses). A name
+ * longer than 254 characters is denied ("invalid name: ..."). */
 void sbx__net_policy_decide_name(const sbx_net_policy_t *p, const char *name,
                                  struct sbx_net_decision *d);
 /* An address the sandbox connects to. via_name: NULL for a connection to a literal address;

@@ -71,17 +71,32 @@ static int lock_at(int nfd, const char *sandbox_dir, int how, sbx_error_t *err)
   return fd;
 }
 
+/* net/ itself missing reads as the policy missing (the sandbox folder must exist) */
+static int open_net_dir_for_policy(const char *sandbox_dir, bool create, sbx_error_t *err)
+{
+  sbx_error_t e = NULL;
+  int fd = open_net_dir(sandbox_dir, create, &e);
+  if (fd >= 0)
+    return fd;
+  bool no_net = e->kind == SBX_E_NOT_FOUND && access(sandbox_dir, F_OK) == 0;
+  if (no_net) {
+    sbx_error_release(&e);
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND,
+                           "sandbox has no egress policy (`%s/%s` missing)", sandbox_dir,
+                           SBX_NET_POLICY_FILE);
+  }
+  if (err && *err == NULL)
+    *err = e;
+  else
+    sbx_error_release(&e);
+  return -1;
+}
+
 sbx_net_policy_t *sbx__net_store_read(const char *sandbox_dir, sbx_error_t *err)
 {
-  cleanup_close int nfd = open_net_dir(sandbox_dir, false, err);
-  if (nfd < 0) {
-    if (err && *err && (*err)->kind == SBX_E_NOT_FOUND) {
-      sbx_error_release(err);
-      sbx__make_error(err, 0, SBX_E_NOT_FOUND, "sandbox has no egress policy (`%s/%s` missing)",
-                      sandbox_dir, SBX_NET_POLICY_FILE);
-    }
+  cleanup_close int nfd = open_net_dir_for_policy(sandbox_dir, false, err);
+  if (nfd < 0)
     return NULL;
-  }
   /* the file is replaced by rename, so a reader needs no lock to see a whole one */
   return read_at(nfd, sandbox_dir, err);
 }
@@ -100,7 +115,7 @@ int sbx__net_store_write(const char *sandbox_dir, const sbx_net_policy_t *p, sbx
 int sbx__net_store_update(const char *sandbox_dir, bool create, sbx_net_edit_fn edit, void *data,
                           sbx_net_policy_t **out, sbx_error_t *err)
 {
-  cleanup_close int nfd = open_net_dir(sandbox_dir, create, err);
+  cleanup_close int nfd = open_net_dir_for_policy(sandbox_dir, create, err);
   if (nfd < 0)
     return -1;
   cleanup_close int lfd = lock_at(nfd, sandbox_dir, LOCK_EX, err);

@@ -6,4 +6,4 @@ cd "$(dirname "$0")"
 if [ ! -d node_modules/@alibaba-group/opensandbox ]; then
   npm ci --silent --no-audit --no-fund
 fi
-exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs
+exec node --test lifecycle.test.mjs commands.test.mjs files.test.mjs egress.test.mjs
