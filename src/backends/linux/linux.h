@@ -117,7 +117,8 @@ struct sbx_instance;
 /* Starts the sandbox's enforcer (sbx-net) once its init runs; a sandbox with a policy to start
  * with (not a spare's) gets net/policy.json first. */
 int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err);
-/* A spare taken: the new sandbox's policy, in force when this returns. */
+/* A spare taken: the new sandbox's policy (in force within milliseconds; until then the
+ * spare's deny-all). */
 int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err);
 /* Kills the enforcer a state folder records (if it still runs). */
 void sbx__linux_net_stop(const char *dir);
