@@ -126,7 +126,7 @@ static int load_policy(struct enforcer *e, sbx_error_t *err)
   /* the enforcer's acknowledgement: this generation is in force (host/net.c waits for it) */
   char text[32];
   int n = snprintf(text, sizeof text, "%u\n", e->gen);
-  sbx__write_file_at(e->dirfd, SBX_NET_DIR "/applied", text, (size_t) n, 0644, true);
+  sbx__write_file_at(e->dirfd, SBX_NET_DIR "/applied", text, (size_t) n, 0644, false);
   return 0;
 }
 
