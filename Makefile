@@ -14,7 +14,8 @@ DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libjansson-dev libyaml-dev libseccomp-dev libmicrohttpd-dev libcurl4-openssl-dev \
        libcmocka-dev libunistring-dev python3 python3-pytest valgrind libtsan2 e2fsprogs \
        libarchive-dev libssl-dev busybox-static zstd debootstrap docker-registry skopeo openssl tmux \
-       python3-httpx python3-pydantic uidmap
+       python3-httpx python3-pydantic uidmap \
+       passt nftables libnftables-dev iperf3
 
 .PHONY: all build deps run tour check test unit integration san tsan tsan-build install format \
         format-check clean bench fuzz load memcheck guest-deps guest-check guest-check-full

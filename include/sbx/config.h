@@ -52,7 +52,7 @@ struct sbx_config {
   uint64_t memory_mib; /* default 1024; 0 = no limit */
   double cpus;         /* default 0 = no limit */
   int64_t pids;        /* default 1024; 0 = no limit */
-  char *network;       /* "none" (default) or "host" */
+  char *network;       /* "none" (default), "egress" (docs/network.md) or "host" */
   struct sbx_mount *mounts;
   size_t n_mounts;
   uint64_t output_max_bytes;          /* per stream kept by execute_command, default 10 MiB */
@@ -106,6 +106,10 @@ struct sbx_config {
   double pty_grace;         /* 60: seconds a PTY session outlives its WebSocket */
   int64_t pty_max_sessions; /* 16: PTY sessions per sandbox */
   int64_t pty_buffer;       /* 1 MiB: output kept per PTY session for replay */
+
+  /* sandbox.network_policy (network egress): the initial policy as JSON ({defaultAction,
+   * egress}); NULL: allow all but the always-denied ranges (docs/network.md) */
+  char *network_policy;
 };
 
 /* Defaults for everything. */

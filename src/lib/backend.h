@@ -107,9 +107,11 @@ struct sbx_instance {
   struct sbx_meta meta;
   char *dir; /* $home/sandboxes/<id> */
   void *backend_data;
-  /* at creation only: extra mounts (sbx_create's volumes) */
+  /* at creation only: extra mounts (sbx_create's volumes), the initial egress policy (JSON,
+   * sbx_create's; NULL: the configured one) */
   const struct sbx_mount *extra_mounts;
   size_t n_extra_mounts;
+  const char *network_policy;
 };
 
 /* backend.c: where sbx-init is: $SBX_INIT, else next to the running executable, else the

@@ -5,6 +5,7 @@
 #include <sbx/config.h>
 
 #include "error.h"
+#include "../net/policy.h"
 #include "text.h"
 #include "util.h"
 
@@ -615,7 +616,7 @@ enum ftype {
   F_STR,      /* non-empty string */
   F_OPTSTR,   /* string; empty = unset */
   F_USE,      /* backend name */
-  F_NETWORK,  /* none | host */
+  F_NETWORK,  /* none | egress | host */
   F_PROTOCOL, /* http | https */
   F_LISTEN,   /* host:port */
   F_INT,      /* int */
@@ -625,6 +626,7 @@ enum ftype {
   F_BOOL,
   F_IGNORED_BOOL,
   F_ENV,
+  F_NETPOL, /* an egress policy (src/net/policy.h), kept as its JSON text */
   F_MOUNTS,
   F_ROOTS,
   F_IMAGES,
@@ -656,6 +658,7 @@ static const struct field sandbox_fields[] = {
     {"cpus", F_DBL, OFF(cpus), false, CPUS_MAX, NULL},
     {"pids", F_I64, OFF(pids), false, INT32_MAX, NULL},
     {"network", F_NETWORK, OFF(network), false, 0, NULL},
+    {"network_policy", F_NETPOL, OFF(network_policy), false, 0, NULL},
     {"mounts", F_MOUNTS, 0, false, 0, NULL},
     {"output_max_bytes", F_U64, OFF(output_max_bytes), true, INT64_MAX, NULL},
     {"bash_output_max_chars", F_I64, OFF(bash_output_max_chars), false, INT64_MAX, NULL},
@@ -747,6 +750,47 @@ static bool valid_listen(const char *s)
   if (s[0] == '[')
     return colon - s >= 3 && colon[-1] == ']';
   return true;
+}
+
+/* A YAML tree as JSON: mappings, lists, and scalars as strings (the policy has no numbers). */
+static json_t *node_json(const struct node *n)
+{
+  if (n->type == NODE_MAP) {
+    json_t *o = json_object();
+    for (size_t i = 0; i + 1 < n->n; i += 2)
+      if (n->kids[i]->type == NODE_SCALAR)
+        json_object_set_new(o, n->kids[i]->text, node_json(n->kids[i + 1]));
+    return o;
+  }
+  if (n->type == NODE_SEQ) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n->n; i++)
+      json_array_append_new(a, node_json(n->kids[i]));
+    return a;
+  }
+  return n->null ? json_null() : json_stringn(n->text, n->len);
+}
+
+static int parse_netpol(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
+                        const char *key)
+{
+  if (n->null)
+    return 0;
+  if (n->type != NODE_MAP)
+    return type_error(v, n, key, "a mapping ({defaultAction, egress} or {mode, allowlist})");
+  json_t *j = node_json(n);
+  sbx_error_t perr = NULL;
+  sbx_net_policy_t *p = sbx__net_policy_from_json(j, key, &perr);
+  json_decref(j);
+  if (p == NULL) {
+    int r = verr(v, n, NULL, 0, "%s", perr->msg);
+    sbx_error_release(&perr);
+    return r;
+  }
+  free(cfg->network_policy);
+  cfg->network_policy = sbx__net_policy_serialize(p);
+  sbx__net_policy_free(p);
+  return 0;
 }
 
 static int parse_env(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
@@ -1015,8 +1059,9 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
         free(s);
         return verr(v, n, key, 0, "unknown backend '%s' (known: linux, opensandbox)", shown);
       }
-    } else if (f->type == F_NETWORK && strcmp(s, "none") != 0 && strcmp(s, "host") != 0)
-      bad = "must be 'none' or 'host'";
+    } else if (f->type == F_NETWORK && strcmp(s, "none") != 0 && strcmp(s, "host") != 0 &&
+               strcmp(s, "egress") != 0)
+      bad = "must be 'none', 'egress' or 'host'";
     else if (f->type == F_CGMANAGER && strcmp(s, "auto") != 0 && strcmp(s, "cgroupfs") != 0 &&
              strcmp(s, "systemd") != 0 && strcmp(s, "none") != 0)
       bad = "must be 'auto', 'cgroupfs', 'systemd' or 'none'";
@@ -1060,6 +1105,8 @@ static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struc
   }
   case F_ENV:
     return parse_env(v, cfg, n, key);
+  case F_NETPOL:
+    return parse_netpol(v, cfg, n, key);
   case F_MOUNTS:
     return parse_mounts(v, cfg, n, key);
   case F_ROOTS:
@@ -1186,6 +1233,7 @@ void sbx_config_free(struct sbx_config *cfg)
   }
   free(cfg->environment);
   free(cfg->network);
+  free(cfg->network_policy);
   free(cfg->cgroup_manager);
   free(cfg->cgroup_slice);
   for (size_t i = 0; i < cfg->n_mounts; i++) {
@@ -1392,6 +1440,8 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   put_num(&b, in, "cpus", cfg->cpus);
   sbx__buf_printf(&b, "  pids: %" PRId64 "\n", cfg->pids);
   put_str(&b, in, "network", cfg->network ? cfg->network : "none");
+  if (cfg->network_policy) /* JSON is YAML's flow style */
+    sbx__buf_printf(&b, "  network_policy: %s\n", cfg->network_policy);
   if (cfg->n_mounts == 0)
     sbx__buf_puts(&b, "  mounts: []\n");
   else

@@ -129,6 +129,7 @@ struct sbx_sandbox_s *sbx__handle_new(const struct sbx_pool *pool, const char *i
     in->meta.extra = o->extra ? xstrdup(o->extra) : NULL;
     in->extra_mounts = o->mounts;
     in->n_extra_mounts = o->n_mounts;
+    in->network_policy = o->network_policy;
   }
   return sb;
 }

@@ -353,7 +353,7 @@ static void test_wrong_type(void **state)
                "t.yaml:2: sandbox.mounts[0]: expected a mapping, got '/tmp'");
   expect_error("sandbox: [1]\n", "t.yaml:1: sandbox: expected a mapping, got a list");
   expect_error("sandbox:\n  network: bridge\n",
-               "t.yaml:2: sandbox.network: must be 'none' or 'host', got 'bridge'");
+               "t.yaml:2: sandbox.network: must be 'none', 'egress' or 'host', got 'bridge'");
   expect_error("sandbox:\n  cgroup_manager: systemd-ish\n",
                "t.yaml:2: sandbox.cgroup_manager: must be 'auto', 'cgroupfs', 'systemd' or "
                "'none', got 'systemd-ish'");

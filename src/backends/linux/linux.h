@@ -94,6 +94,7 @@ struct sbx_launch_spec {
   uint64_t cpu_millis;   /* 1000 = one CPU; 0 = none */
   int64_t pids;          /* 0 = none */
   bool net_host;         /* share the host network namespace */
+  bool net_egress;       /* sandbox.network egress: its resolver is the enforcer's (net.c) */
   uint64_t tmp_bytes;
   uint64_t home_bytes;
   int64_t idle_timeout_s; /* sbx-init exits after this long unleased and idle; 0 = never */
@@ -147,6 +148,21 @@ int sbx__disk_mount(const char *img, const char *at, sbx_error_t *err);
 /* in an image sandbox's state folder: the upper's image (sandbox.disk_mib), its mount point */
 #define SBX_DISK_IMAGE_FILE "disk.img"
 #define SBX_DISK_DIR "disk"
+
+/* ---- host/net.c: sandbox.network egress, the host side (docs/network.md) ---- */
+/* the sandbox's resolv.conf names the enforcer's resolver (src/net/resolver.h) */
+#define SBX_EGRESS_RESOLVER "127.0.0.53"
+struct sbx_config;
+bool sbx__linux_egress(const struct sbx_config *c);
+struct sbx_instance;
+/* Starts the sandbox's enforcer (sbx-net) once its init runs; a sandbox with a policy to start
+ * with (not a spare's) gets net/policy.json first. */
+int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err);
+/* A spare taken: the new sandbox's policy (in force within milliseconds; until then the
+ * spare's deny-all). */
+int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err);
+/* Kills the enforcer a state folder records (if it still runs). */
+void sbx__linux_net_stop(const char *dir);
 
 /* ---- adopt.c (library side): a spare becomes the sandbox in->meta describes ---- */
 struct sbx_instance;

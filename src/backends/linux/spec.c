@@ -36,7 +36,8 @@ void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
   sbx__tlv_put_u64(&w, L_MEMORY, s->memory_bytes);
   sbx__tlv_put_u64(&w, L_CPU, s->cpu_millis);
   sbx__tlv_put_i64(&w, L_PIDS, s->pids);
-  sbx__tlv_put_u64(&w, L_NET_HOST, s->net_host);
+  /* 0 none, 1 host, 2 egress */
+  sbx__tlv_put_u64(&w, L_NET_HOST, s->net_host ? 1 : s->net_egress ? 2 : 0);
   sbx__tlv_put_u64(&w, L_TMP, s->tmp_bytes);
   sbx__tlv_put_u64(&w, L_HOME, s->home_bytes);
   sbx__tlv_put_i64(&w, L_IDLE, s->idle_timeout_s);
@@ -73,7 +74,8 @@ int sbx__launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s
       sbx__tlv_get_i64(p, len, L_IDLE, 0, &s->idle_timeout_s) < 0 ||
       sbx__tlv_get_str(p, len, L_LAYERS, &s->layers) < 0)
     goto bad;
-  s->net_host = v != 0;
+  s->net_host = v == 1;
+  s->net_egress = v == 2;
   uint64_t mgr, req;
   if (sbx__tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
       sbx__tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||

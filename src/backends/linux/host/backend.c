@@ -41,6 +41,7 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
   s->cpu_millis = (uint64_t) (cpus * 1000.0 + 0.5);
   s->pids = c->pids;
   s->net_host = c->network && strcmp(c->network, "host") == 0;
+  s->net_egress = sbx__linux_egress(c);
   s->tmp_bytes = c->tmp_size_mib << 20;
   s->home_bytes = c->home_size_mib << 20;
   /* a managed sandbox's lifetime belongs to its front-end, not to idleness */
@@ -309,6 +310,9 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
              in->meta.id, (int) strcspn(cgroups + 5, "\n"), cgroups + 5);
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
+  /* the caller destroys a sandbox whose create failed (its enforcer with it) */
+  if (sbx__linux_egress(in->cfg) && sbx__linux_net_start(in, err) < 0)
+    return -1;
   return 0;
 }
 
@@ -323,7 +327,9 @@ static int linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error
     image_env(in, &r.env);
     sbx__image_rootfs_free(&r);
   }
-  return sbx__linux_adopt(in, user_data, err);
+  if (sbx__linux_adopt(in, user_data, err) < 0)
+    return -1;
+  return sbx__linux_egress(in->cfg) ? sbx__linux_net_adopt(in, err) : 0;
 }
 
 static bool linux_alive(struct sbx_instance *in)
@@ -389,6 +395,8 @@ static int linux_destroy(struct sbx_instance *in, sbx_error_t *err)
                              in->meta.id, (long long) in->meta.pid);
     }
   }
+  /* it leaves with the init on its own; this is for one that did not */
+  sbx__linux_net_stop(in->dir);
   int r = 0;
   if (in->meta.cgroups)
     r = sbx__cgroup_destroy(&cg, 3000, err);

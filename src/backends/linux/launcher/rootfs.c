@@ -108,7 +108,9 @@ static int etc_setup(int rootfd, const char *root, const struct sbx_launch_spec 
                err) < 0 ||
       write_at(etc, "group", "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n", err) < 0 ||
       write_at(etc, "hosts", hosts, err) < 0 || write_at(etc, "hostname", hostname, err) < 0 ||
-      write_at(etc, "resolv.conf", s->net_host ? "nameserver 127.0.0.53\n" : "", err) < 0 ||
+      write_at(etc, "resolv.conf",
+               s->net_host || s->net_egress ? "nameserver " SBX_EGRESS_RESOLVER "\n" : "",
+               err) < 0 ||
       write_at(etc, "nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", err) < 0 ||
       write_at(etc, "shells", "/bin/sh\n/bin/bash\n/usr/bin/sh\n/usr/bin/bash\n", err) < 0 ||
       write_at(etc, "profile", profile, err) < 0)
@@ -600,7 +602,11 @@ static int image_etc(int rootfd, const struct sbx_launch_spec *s, sbx_error_t *e
     resolv = NULL;
   if (etc_put(etc, "hosts", hosts, ids, err) < 0 ||
       etc_put(etc, "hostname", hostname, ids, err) < 0 ||
-      etc_put(etc, "resolv.conf", resolv ? resolv : "", ids, err) < 0 ||
+      etc_put(etc, "resolv.conf",
+              resolv          ? resolv
+              : s->net_egress ? "nameserver " SBX_EGRESS_RESOLVER "\n"
+                              : "",
+              ids, err) < 0 ||
       etc_merge(etc, "passwd", "root:", "root:x:0:0:root:/root:/bin/sh\n", ids, err) < 0 ||
       etc_merge(etc, "group", "root:", "root:x:0:\n", ids, err) < 0)
     return -1;

@@ -1,0 +1,458 @@
+/* sbx-net: a sandbox's network enforcer (sandbox.network egress, docs/network.md). One per
+ * egress sandbox, started by libsbx after the launch (host/net.c), for the sandbox's life:
+ *
+ *   sbx-net serve DIR PID START
+ *
+ * DIR is the sandbox's state folder, PID and START its init (pid and /proc start time). The
+ * enforcer makes itself PID 1 of a pid namespace of its own and starts pasta (passt's
+ * userspace forwarder) there, attached to the sandbox's network namespace: the tap pasta makes
+ * is the sandbox's only way out. If the enforcer dies, the kernel kills pasta with it, its tap
+ * goes, and the sandbox has no route left (fail closed). It then enters the sandbox's network
+ * namespace (the host's user namespace owns it: nothing inside can change what it sets there),
+ * keeps the nftables table (nft.c) in step with net/policy.json (inotify), answers DNS on
+ * 127.0.0.53 (resolver.c) with an upstream socket opened before it left the host's namespace,
+ * reads the denied packets (nflog.c), logs them and counts them (store.h's files). It exits
+ * when the sandbox's init does. Its stdout says "ok" or "error: ..." once it is ready. */
+#include "error.h"
+#include "nflog.h"
+#include "nft.h"
+#include "resolver.h"
+#include "store.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define PASTA "pasta"
+
+struct enforcer {
+  int dirfd;
+  char dir[64]; /* /proc/self/fd/<dirfd>: the folder, wherever a spare's rename moved it */
+  sbx_net_policy_t *policy;
+  struct sbx_net_addr *host;
+  size_t n_host;
+  struct sbx_nft *nft;
+  uint32_t gen;
+  struct sbx_nft_pin *pins;
+  size_t n_pins, cap_pins;
+  struct sbx_net_counters counters;
+  bool counters_dirty;
+};
+
+static void sandbox_id(struct enforcer *e, char *out, size_t len)
+{
+  char link[PATH_MAX];
+  ssize_t n = readlink(e->dir, link, sizeof link - 1);
+  link[n > 0 ? n : 0] = '\0';
+  const char *slash = strrchr(link, '/');
+  snprintf(out, len, "%.*s", (int) (len - 1), slash ? slash + 1 : link);
+}
+
+static void log_denied(struct enforcer *e, const char *kind, const char *target, const char *why)
+{
+  char id[128];
+  sandbox_id(e, id, sizeof id);
+  sbx__net_denied_log(e->dir, id, kind, target, why, NULL);
+  if (strcmp(kind, "lookup") == 0)
+    e->counters.denied_lookups++;
+  else
+    e->counters.denied_connections++;
+  e->counters_dirty = true;
+}
+
+/* ---- pins ---- */
+
+static void prune_pins(struct enforcer *e, uint64_t now)
+{
+  size_t k = 0;
+  for (size_t i = 0; i < e->n_pins; i++) {
+    struct sbx_net_decision d;
+    sbx__net_policy_decide_name(e->policy, e->pins[i].name, &d);
+    if (e->pins[i].until_ms > now + 1000 && d.action == SBX_NET_ALLOW)
+      e->pins[k++] = e->pins[i];
+  }
+  e->n_pins = k;
+}
+
+static int apply(struct enforcer *e, sbx_error_t *err)
+{
+  uint64_t now = sbx__now_ms();
+  prune_pins(e, now);
+  sbx_buf_t b = {0};
+  sbx__nft_ruleset(&b, e->policy, e->host, e->n_host, e->gen + 1, e->pins, e->n_pins, now);
+  int r = sbx__nft_run(e->nft, b.data, err);
+  sbx__buf_free(&b);
+  if (r == 0)
+    e->gen++;
+  return r;
+}
+
+/* net/policy.json (again); a missing one is default deny (a spare's, until it is taken) */
+static int load_policy(struct enforcer *e, sbx_error_t *err)
+{
+  sbx_error_t rerr = NULL;
+  sbx_net_policy_t *p = sbx__net_store_read(e->dir, &rerr);
+  if (p == NULL) {
+    if (rerr->kind != SBX_E_NOT_FOUND) {
+      /* a bad file changes nothing: the last good policy stays */
+      fprintf(stderr, "sbx-net: %s\n", rerr->msg);
+      if (err)
+        *err = rerr;
+      else
+        sbx_error_release(&rerr);
+      return -1;
+    }
+    sbx_error_release(&rerr);
+    p = sbx__net_policy_new(SBX_NET_DENY);
+  }
+  sbx_net_policy_t *old = e->policy;
+  e->policy = p;
+  if (apply(e, err) < 0) {
+    e->policy = old;
+    sbx__net_policy_free(p);
+    return -1;
+  }
+  sbx__net_policy_free(old);
+  /* the enforcer's acknowledgement: this generation is in force (host/net.c waits for it) */
+  char text[32];
+  int n = snprintf(text, sizeof text, "%u\n", e->gen);
+  sbx__write_file_at(e->dirfd, SBX_NET_DIR "/applied", text, (size_t) n, 0644, false);
+  return 0;
+}
+
+/* ---- resolver hooks ---- */
+
+static void hook_decide(void *data, const char *name, struct sbx_net_decision *d)
+{
+  struct enforcer *e = data;
+  sbx__net_policy_decide_name(e->policy, name, d);
+  if (d->action == SBX_NET_ALLOW) {
+    e->counters.allowed_lookups++;
+    e->counters_dirty = true;
+  }
+}
+
+static void hook_denied(void *data, const char *name, const struct sbx_net_decision *d)
+{
+  log_denied(data, "lookup", name, d->why);
+}
+
+static void hook_pin(void *data, const char *name, const struct sbx_net_decision *via,
+                     const struct sbx_dns_pin *pins, size_t n)
+{
+  struct enforcer *e = data;
+  uint64_t now = sbx__now_ms();
+  for (size_t i = 0; i < n; i++) {
+    struct sbx_net_decision d;
+    sbx__net_policy_decide_addr(e->policy, &pins[i].addr, e->host, e->n_host, via, &d);
+    if (d.action != SBX_NET_ALLOW) {
+      /* an allowed name answering a host, private or denied address (DNS rebinding): the
+       * address is not pinned, so it stays unreachable */
+      char a[64], target[SBX_NET_MAX_TARGET + 80];
+      snprintf(target, sizeof target, "%s=%s", name, sbx__net_addr_str(&pins[i].addr, a, sizeof a));
+      log_denied(e, "lookup", target, d.why);
+      continue;
+    }
+    uint32_t secs = pins[i].ttl < SBX_NFT_PIN_FLOOR  ? SBX_NFT_PIN_FLOOR
+                    : pins[i].ttl > SBX_NFT_PIN_CEIL ? SBX_NFT_PIN_CEIL
+                                                     : pins[i].ttl;
+    uint64_t until = now + (uint64_t) secs * 1000;
+    struct sbx_nft_pin *p = NULL;
+    for (size_t k = 0; k < e->n_pins && !p; k++)
+      if (e->pins[k].addr.family == pins[i].addr.family &&
+          memcmp(e->pins[k].addr.a, pins[i].addr.a, 16) == 0)
+        p = &e->pins[k];
+    /* pinned long enough already: nothing to tell the kernel (the common, fast case) */
+    if (p && p->until_ms + 5000 >= until) {
+      snprintf(p->name, sizeof p->name, "%s", name);
+      continue;
+    }
+    bool existed = p && p->until_ms > now + 1000;
+    sbx_error_t err = NULL;
+    if (sbx__nft_pin(e->nft, &pins[i].addr, secs, existed, &err) < 0) {
+      fprintf(stderr, "sbx-net: %s\n", err->msg);
+      sbx_error_release(&err);
+      continue;
+    }
+    if (p == NULL) {
+      if (e->n_pins == e->cap_pins)
+        e->pins = xreallocarray(e->pins, e->cap_pins = e->cap_pins ? 2 * e->cap_pins : 64,
+                                sizeof *e->pins);
+      p = &e->pins[e->n_pins++];
+      p->addr = pins[i].addr;
+    }
+    p->until_ms = until;
+    snprintf(p->name, sizeof p->name, "%s", name);
+  }
+  if (e->n_pins > 4 * 1024)
+    prune_pins(e, now);
+}
+
+/* ---- setup ---- */
+
+static int fail(int ready_fd, const char *what, sbx_error_t *err)
+{
+  cleanup_free char *msg =
+      xasprintf("error: %s%s%s\n", what, err && *err ? ": " : "", err && *err ? (*err)->msg : "");
+  sbx__write_all(ready_fd, msg, strlen(msg));
+  return 1;
+}
+
+/* pasta, attached to netns_fd, run as root (its namespace is the host's user namespace's) and
+ * with no port forwarded either way and the gateway not mapped to the host: the sandbox gets
+ * the host's outbound address and routes, and nothing of the host itself. Returns its pid. */
+static pid_t start_pasta(int netns_fd, int dirfd, sbx_error_t *err)
+{
+  char ns[64], pidfile[64];
+  snprintf(ns, sizeof ns, "/proc/self/fd/%d", netns_fd);
+  snprintf(pidfile, sizeof pidfile, "/proc/self/fd/%d/" SBX_NET_DIR "/pasta.pid", dirfd);
+  unlinkat(dirfd, SBX_NET_DIR "/pasta.pid", 0);
+  pid_t child = fork();
+  if (child < 0)
+    return sbx__make_error(err, errno, SBX_E_BACKEND, "fork pasta");
+  if (child == 0) {
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    dup2(fd, 0);
+    dup2(fd, 1); /* its stderr is our log */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    fcntl(netns_fd, F_SETFD, 0);
+    fcntl(dirfd, F_SETFD, 0);
+    execlp(PASTA, PASTA, "--runas", "0:0", "-q", "-e", "--config-net", "--no-map-gw", "-I", "eth0",
+           "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-dhcp", "--no-dhcpv6", "-P",
+           pidfile, "--netns", ns, (char *) NULL);
+    _exit(127);
+  }
+  /* pasta goes to the background once the namespace's interface is configured */
+  int status = 0;
+  if (TEMP_FAILURE_RETRY(waitpid(child, &status, 0)) < 0 || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return sbx__make_error(err, 0, SBX_E_BACKEND,
+                           "`pasta` failed (exit status %d): is Debian's passt package "
+                           "installed?",
+                           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  cleanup_free char *text = NULL;
+  long pid = 0;
+  if (sbx__read_file_at(dirfd, SBX_NET_DIR "/pasta.pid", 64, &text, NULL) < 0 ||
+      (pid = strtol(text, NULL, 10)) <= 0)
+    return sbx__make_error(err, errno, SBX_E_BACKEND, "pasta wrote no pid file");
+  return (pid_t) pid;
+}
+
+static void on_signal(int sig)
+{
+  (void) sig;
+}
+
+static int serve(int ready_fd, int dirfd, int pidfd, int netns)
+{
+  struct enforcer e = {.dirfd = dirfd};
+  snprintf(e.dir, sizeof e.dir, "/proc/self/fd/%d", dirfd);
+  sbx_error_t err = NULL;
+  setsid();
+  /* not the caller's stdio (it waits for EOF on our report): a log of our own */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  int logfd =
+      openat(dirfd, SBX_NET_DIR "/enforcer.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  dup2(null, 0);
+  dup2(null, 1);
+  dup2(logfd >= 0 ? logfd : null, 2);
+  /* PID 1 of a pid namespace: only signals it handles reach it (from the host: SIGKILL too) */
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGCHLD, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  cleanup_close int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sbx__net_host_addrs(&e.host, &e.n_host, &err) < 0)
+    return fail(ready_fd, "list the host's addresses", &err);
+  /* the upstream resolver, reached from the host's namespace */
+  struct sbx_resolver *res = xzalloc(sizeof *res);
+  res->up_fd = -1;
+  cleanup_free char *conf = NULL;
+  struct sockaddr_storage up;
+  socklen_t up_len = 0;
+  if (sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &conf, NULL) == 0 &&
+      sbx__resolver_upstream(conf, &up, &up_len) == 0)
+    res->up_fd = sbx__resolver_connect(&up, up_len, NULL);
+  pid_t pasta = start_pasta(netns, dirfd, &err);
+  if (pasta < 0)
+    return fail(ready_fd, "start the sandbox's forwarder", &err);
+  if (setns(netns, CLONE_NEWNET) < 0) {
+    sbx__make_error(&err, errno, SBX_E_BACKEND, "setns");
+    return fail(ready_fd, "enter the sandbox's network namespace", &err);
+  }
+  res->listen_fd = sbx__resolver_listen(&err);
+  if (res->listen_fd < 0)
+    return fail(ready_fd, "start the resolver", &err);
+  res->hooks = (struct sbx_resolver_hooks){&e, hook_decide, hook_pin, hook_denied};
+  e.nft = sbx__nft_new(&err);
+  if (e.nft == NULL || load_policy(&e, &err) < 0)
+    return fail(ready_fd, "set the sandbox's packet filter", &err);
+  cleanup_close int nflog = sbx__nflog_open(SBX_NFT_LOG_GROUP, NULL);
+  cleanup_close int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  char netdir[80];
+  snprintf(netdir, sizeof netdir, "%s/" SBX_NET_DIR, e.dir);
+  if (ino < 0 || inotify_add_watch(ino, netdir, IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
+    sbx__make_error(&err, errno, SBX_E_BACKEND, "inotify");
+    return fail(ready_fd, "watch the policy", &err);
+  }
+  sbx__write_all(ready_fd, "ok\n", 3);
+  close(ready_fd);
+  uint64_t last_flush = 0;
+  for (;;) {
+    struct pollfd pfd[] = {{ino, POLLIN, 0},        {res->listen_fd, POLLIN, 0},
+                           {res->up_fd, POLLIN, 0}, {pidfd, POLLIN, 0},
+                           {sfd, POLLIN, 0},        {nflog, POLLIN, 0}};
+    int n = poll(pfd, ARRAY_SIZE(pfd), 250);
+    if (n < 0 && errno != EINTR)
+      break;
+    /* the policy first: a query that arrived after a change is answered under it */
+    if (pfd[0].revents & POLLIN) {
+      char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+      bool changed = false;
+      for (ssize_t got; (got = read(ino, buf, sizeof buf)) > 0;)
+        for (char *p = buf; p < buf + got;) {
+          struct inotify_event *ev = (struct inotify_event *) (void *) p;
+          if (ev->len && strcmp(ev->name, "policy.json") == 0)
+            changed = true;
+          p += sizeof *ev + ev->len;
+        }
+      if (changed)
+        load_policy(&e, NULL);
+    }
+    if (pfd[1].revents & POLLIN)
+      for (int i = 0; i < 64; i++) {
+        int before = res->listen_fd;
+        sbx__resolver_on_query(res);
+        struct pollfd more = {before, POLLIN, 0};
+        if (poll(&more, 1, 0) <= 0)
+          break;
+      }
+    if (res->up_fd >= 0 && (pfd[2].revents & POLLIN))
+      for (int i = 0; i < 64; i++) {
+        sbx__resolver_on_answer(res);
+        struct pollfd more = {res->up_fd, POLLIN, 0};
+        if (poll(&more, 1, 0) <= 0)
+          break;
+      }
+    if (nflog >= 0 && (pfd[5].revents & POLLIN)) {
+      char target[96];
+      while (sbx__nflog_read(nflog, target, sizeof target) > 0)
+        log_denied(&e, "connect", target, "denied by the policy or the always-denied set");
+    }
+    if (pfd[3].revents & POLLIN)
+      break; /* the sandbox is gone */
+    if (pfd[4].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      bool stop = false;
+      while (read(sfd, &si, sizeof si) == sizeof si)
+        stop |= si.ssi_signo != SIGCHLD;
+      /* pasta gone: the sandbox has no way out any more, and neither do we */
+      if (stop || waitpid(pasta, NULL, WNOHANG) == pasta)
+        break;
+      while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    }
+    uint64_t now = sbx__now_ms();
+    sbx__resolver_expire(res, now);
+    if (e.counters_dirty && now - last_flush >= 250) {
+      sbx__net_counters_write(e.dir, &e.counters, NULL);
+      e.counters_dirty = false;
+      last_flush = now;
+    }
+  }
+  if (e.counters_dirty)
+    sbx__net_counters_write(e.dir, &e.counters, NULL);
+  kill(pasta, SIGKILL);
+  return 0;
+}
+
+/* The record host/net.c reads to stop us: "pid=N\nstart=N\n" (host pid). */
+#define RECORD SBX_NET_DIR "/enforcer"
+
+static int serve_main(const char *dir, long pid, unsigned long long start)
+{
+  cleanup_close int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dirfd < 0) {
+    printf("error: open `%s`: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  mkdirat(dirfd, SBX_NET_DIR, 0755);
+  /* the sandbox's init and namespace, while its pid means something to us (not in our own pid
+   * namespace) */
+  cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+  cleanup_close int netns = open(path, O_RDONLY | O_CLOEXEC);
+  if (pidfd < 0 || netns < 0 || sbx__proc_start_time(pid) != start) {
+    printf("error: the sandbox's init (pid %ld) is gone\n", pid);
+    return 1;
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return 1;
+  fflush(stdout);
+  pid_t child = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+  if (child < 0) {
+    printf("error: clone: %s\n", strerror(errno));
+    return 1;
+  }
+  if (child == 0) {
+    close(p[0]);
+    _exit(serve(p[1], dirfd, pidfd, netns));
+  }
+  close(p[1]);
+  /* the record before the report: a creator that dies right after still leaves it findable */
+  cleanup_free char *rec = xasprintf("pid=%d\nstart=%llu\n", (int) child,
+                                     (unsigned long long) sbx__proc_start_time(child));
+  sbx__write_file_at(dirfd, RECORD, rec, strlen(rec), 0644, true);
+  char buf[1024];
+  ssize_t n = TEMP_FAILURE_RETRY(read(p[0], buf, sizeof buf - 1));
+  if (n <= 0) {
+    waitpid(child, NULL, 0);
+    unlinkat(dirfd, RECORD, 0);
+    printf("error: the enforcer died during setup\n");
+    return 1;
+  }
+  fwrite(buf, 1, (size_t) n, stdout);
+  if (strncmp(buf, "ok", 2) == 0)
+    return 0;
+  waitpid(child, NULL, 0);
+  unlinkat(dirfd, RECORD, 0);
+  return 1;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 5 && strcmp(argv[1], "serve") == 0) {
+    long pid = strtol(argv[3], NULL, 10);
+    unsigned long long start = strtoull(argv[4], NULL, 10);
+    if (pid <= 0 || start == 0) {
+      printf("error: bad pid or start time\n");
+      return 2;
+    }
+    return serve_main(argv[2], pid, start);
+  }
+  fprintf(stderr, "usage: sbx-net serve DIR PID START\n"
+                  "  the network enforcer of an egress sandbox (started by libsbx)\n");
+  return 2;
+}
