@@ -313,7 +313,7 @@ static int user_data_children(int fd, uid_t owner, const char *what, sbx_error_t
 {
   static const char *const subs[] = {"workspace", "uploads", "outputs"};
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
-    int sub = open_dir_at(fd, subs[i], 0755, owner, true);
+    int sub = open_dir_at(fd, subs[i], 0755, owner, owner, true);
     if (sub < 0)
       return sbx__make_error(err, errno, SBX_E_IO,
                              "create `%s` in the user-data folder %s (a symlink there is refused)",
@@ -348,7 +348,7 @@ char *sbx__user_data_ensure(const char *path, uid_t owner, sbx_error_t *err)
                              "user-data folder `%s` has a `.` or `..` component", path),
              NULL;
     }
-    int next = open_dir_at(fd, name, 0755, owner, last);
+    int next = open_dir_at(fd, name, 0755, owner, owner, last);
     close(fd);
     if (next < 0)
       return sbx__make_error(err, errno, SBX_E_IO,
