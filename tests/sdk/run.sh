@@ -5,6 +5,8 @@
 # offline by tests/images/mkimage.py and imported into each sbxd's home).
 set -euo pipefail
 cd "$(dirname "$0")"
+# no registry is reachable from the tests: an unknown image is a 400, not a 202 Pending pull
+export SBX_PULL=${SBX_PULL:-never}
 if [ ! -d node_modules/@alibaba-group/opensandbox ] || [ ! -d node_modules/ws ]; then
   npm ci --silent --no-audit --no-fund
 fi
