@@ -614,6 +614,9 @@ def test_sbxd_requires_the_api_key_when_one_is_set(sbxd_factory):
             r = _send(d, method, path, body, h)
             n += 1
             assert r.status == 401, (method, path, h, r)
+            if "/18080/" in path:  # the egress API's port: its spec's plain-text 401
+                assert r.body == b"unauthorized\n", (method, path, h, r)
+                continue
             assert r.code() in (("UNAUTHORIZED",) if endpoint else
                                 ("MISSING_API_KEY", "INVALID_API_KEY")), (method, path, h, r)
         sep = "&" if "?" in path else "?"
