@@ -204,7 +204,8 @@ int sbx__dbus_parse_reply(const void *p, size_t len, uint32_t serial, char **err
   uint32_t n;
   if (sig[0] == 's' && !rd_str(&body, &msg, &n))
     return -1;
-  *error = xasprintf("%s%s%s", err_name ? err_name : "error", msg ? ": " : "", msg ? msg : "");
+  *error = xasprintf("%s%s%s", err_name && *err_name ? err_name : "error", msg ? ": " : "",
+                     msg ? msg : "");
   return 0;
 }
 
