@@ -4,9 +4,12 @@
   sandbox_url sbxd's provisioner API hands out, with exactly the calls DeerFlow's AioSandbox
   (deerflow/community/aio_sandbox/aio_sandbox.py) makes; needs SBX_AGENT_SANDBOX_SRC (a checkout
   of sdk/python) and httpx + pydantic (Debian: python3-httpx, python3-pydantic);
-- DeerFlow's own AioSandboxProvider and its tools (SBX_DEERFLOW_SRC: a checkout of
-  bytedance/deer-flow; SBX_DEERFLOW_PYTHON: a Python >= 3.12 with DeerFlow's dependencies, which
-  Debian 12 cannot provide). tests/integration/deerflow_aio_driver.py runs inside that Python.
+- DeerFlow's own RemoteSandboxBackend, wait_for_sandbox_ready and AioSandbox
+  (tests/integration/deerflow_aio_backend_driver.py), and its whole AioSandboxProvider
+  (deerflow_aio_driver.py, which also needs langchain, langgraph and langchain_openai):
+  SBX_DEERFLOW_SRC, a checkout of bytedance/deer-flow, and SBX_DEERFLOW_PYTHON, a Python >= 3.12
+  with pydantic 2, which Debian 12 cannot provide: tests/deerflow-python.sh (after its --setup)
+  is one, a Debian trixie root.
 
 Neither source can be fetched in CI (no PyPI, no GitHub): each test is skipped, with the reason,
 when its sources are not given. Checkouts from the mirrors:
@@ -21,7 +24,10 @@ import time
 
 import pytest
 
-from test_provisioner import PKEY, SBXD, Server
+import json
+import signal
+
+from test_provisioner import PKEY, SBX, SBXD, Server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK_SRC = os.environ.get("SBX_AGENT_SANDBOX_SRC")
@@ -105,7 +111,7 @@ def test_agent_sandbox_sdk_as_deerflow_calls_it(tmp_path, env):
         s.stop()
 
 
-def test_deerflow_aio_provider(tmp_path, env):
+def _deerflow_python():
     if not DF_SRC:
         pytest.skip("SBX_DEERFLOW_SRC is not set (a checkout of bytedance/deer-flow)")
     if not SDK_SRC:
@@ -113,10 +119,66 @@ def test_deerflow_aio_provider(tmp_path, env):
     py = DF_PY or sys.executable
     probe = subprocess.run([py, "-c", "import sys; assert sys.version_info >= (3, 12); "
                             "import pydantic, httpx, requests, yaml; assert pydantic.VERSION[0] == '2'"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=_binds(os.environ))
     if probe.returncode != 0:
         pytest.skip("DeerFlow needs Python >= 3.12 with pydantic 2, httpx, requests and pyyaml "
-                    "(set SBX_DEERFLOW_PYTHON): %s" % probe.stderr.strip().splitlines()[-1:])
+                    "(SBX_DEERFLOW_PYTHON=tests/deerflow-python.sh after its --setup): %s"
+                    % probe.stderr.strip().splitlines()[-1:])
+    return py
+
+
+def _binds(env, *more):
+    """What tests/deerflow-python.sh binds into its root: the sources and this test's files."""
+    return dict(env, SBX_DEERFLOW_BINDS=":".join([HERE, DF_SRC or "", SDK_SRC or ""] + [str(m) for m in more]))
+
+
+def test_deerflow_remote_backend_and_aio_sandbox(tmp_path, env):
+    """DeerFlow's RemoteSandboxBackend, wait_for_sandbox_ready and AioSandbox, its real files,
+    through create, the contract, isolation, vanish and recreate, and an sbxd restart."""
+    py = _deerflow_python()
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    listen = "127.0.0.1:%d" % port
+    state = tmp_path / "driver-state.json"
+    denv = _binds(dict(env, PYTHONPATH=os.pathsep.join([
+        os.path.join(DF_SRC, "backend", "packages", "harness"),
+        os.path.join(DF_SRC, "backend", "packages", "extension-api"), SDK_SRC]),
+        SBX_PROVISIONER_URL="http://" + listen, SBX_PROVISIONER_KEY=PKEY,
+        SBX_DEERFLOW_HARNESS=os.path.join(DF_SRC, "backend", "packages", "harness"),
+        DEER_FLOW_HOME=str(tmp_path / "df-home")), tmp_path)
+    driver = os.path.join(HERE, "deerflow_aio_backend_driver.py")
+    out = []
+    for phase in ("create", "adopt"):
+        s = Server(tmp_path / "home", env, listen)
+        try:
+            r = subprocess.run([py, driver, phase, str(state)], env=denv, capture_output=True,
+                               text=True, timeout=300)
+            out.append(r.stdout)
+            assert r.returncode == 0 and "DRIVER OK" in r.stdout, r.stdout + r.stderr
+        finally:
+            s.stop()  # the restart between the phases: sandboxes stay, sbxd goes
+        if phase == "create":
+            # thread-b's sandbox killed behind everyone's back while sbxd is down
+            sb = json.loads(state.read_text())["b_sbx"]
+            ps = json.loads(subprocess.run([SBX, "--home", s.home, "ps", "--json"], capture_output=True,
+                                           text=True, check=True).stdout)["sandboxes"]
+            os.kill([x["pid"] for x in ps if x["id"] == sb][0], signal.SIGKILL)
+    print("".join(out))
+
+
+def test_deerflow_aio_provider(tmp_path, env):
+    """DeerFlow's whole AioSandboxProvider (warm pool, leases, release and reacquire): its
+    module needs langchain, langgraph and langchain_openai as well, which no reachable registry
+    has; skipped without them (test_deerflow_remote_backend_and_aio_sandbox runs the classes it
+    drives sbx with)."""
+    py = _deerflow_python()
+    probe = subprocess.run([py, "-c", "import langchain, langgraph, langchain_openai"],
+                           capture_output=True, text=True, env=_binds(os.environ))
+    if probe.returncode != 0:
+        pytest.skip("AioSandboxProvider's module imports langchain, langgraph and langchain_openai: %s"
+                    % probe.stderr.strip().splitlines()[-1:])
     s = Server(tmp_path / "home", env)
     try:
         harness = os.path.join(DF_SRC, "backend", "packages", "harness")
@@ -124,6 +186,7 @@ def test_deerflow_aio_provider(tmp_path, env):
         denv = dict(env, PYTHONPATH=os.pathsep.join([harness, extapi, SDK_SRC]),
                     SBX_PROVISIONER_URL="http://127.0.0.1:%d" % s.port, SBX_PROVISIONER_KEY=PKEY,
                     SBX_SBXD_PID=str(s.proc.pid), DEER_FLOW_HOME=str(tmp_path / "df-home"))
+        denv = _binds(denv, tmp_path)
         t0 = time.time()
         r = subprocess.run([py, os.path.join(HERE, "deerflow_aio_driver.py")], env=denv,
                            capture_output=True, text=True, timeout=300)

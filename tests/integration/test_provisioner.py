@@ -50,10 +50,10 @@ def request(host, port, method, path, body=None, headers=None, timeout=60):
 
 
 class Server:
-    def __init__(self, home, env):
+    def __init__(self, home, env, listen="127.0.0.1:0"):
         self.home, self.env, self.logs = str(home), env, []
         self.ready = threading.Event()
-        self.proc = subprocess.Popen([SBXD, "--listen", "127.0.0.1:0", "--home", self.home],
+        self.proc = subprocess.Popen([SBXD, "--listen", listen, "--home", self.home],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env)
         threading.Thread(target=self._read, daemon=True).start()
