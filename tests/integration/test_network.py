@@ -13,6 +13,8 @@ import pytest
 import conftest
 import fakenet
 from conftest import alive
+from test_net_policy import egress as egress_api
+from test_sbxd_http import APP, sbxd  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.skipif(not fakenet.available(), reason="needs root, pasta, nft, ip")
 
@@ -227,3 +229,67 @@ def test_spare_takes_its_policy(egress):
     assert re.search(r"took spare", p.stderr.decode()), p.stderr.decode()[-2000:]
     out = json.loads(p.stdout)["stdout"]
     assert "pypi=ok" in out and "lit=fail" in out, out
+
+
+# ---- sbxd on an egress configuration (it runs in the fake internet's host namespace) ----
+
+def sandbox_probes(sb, **urls):
+    out, end = sb.run("; ".join(CURL % (u, k, k) for k, u in urls.items()), timeout=120)
+    assert end["type"] == "execution_complete", end
+    return dict(line.split("=", 1) for line in "\n".join(out).split() if "=" in line)
+
+
+def test_sbxd_create_with_network_policy(sbxd, net):
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.test"},
+                                               {"action": "allow", "target": "203.0.113.40"}]}
+    sb = s.create(networkPolicy=pol)
+    # the sandbox starts under the request's policy, not the configuration's (default allow)
+    got = sandbox_probes(sb, pypi="http://pypi.test:8080/", denied="http://denied.test:8080/",
+                         cdn="http://files.cdn.test:8080/", literal="http://203.0.113.40:8080/",
+                         other="http://203.0.113.20:8080/")
+    assert got == {"pypi": "ok", "denied": "fail", "cdn": "fail", "literal": "ok", "other": "fail"}
+    r = egress_api(s, sb.id, "GET")
+    assert r.status == 200, r.body
+    assert r.json() == {"status": "ok", "mode": "enforcing", "enforcementMode": "dns+nft",
+                        "policy": pol}
+    # a PATCH through the API takes effect in the running sandbox
+    r = egress_api(s, sb.id, "PATCH", [{"action": "allow", "target": "*.cdn.test"}])
+    assert r.status == 200, r.body
+    for _ in range(40):
+        if sandbox_probes(sb, cdn="http://files.cdn.test:8080/") == {"cdn": "ok"}:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the PATCH did not open *.cdn.test")
+    # without networkPolicy: the configuration's (none given here: default allow)
+    sb2 = s.create()
+    assert egress_api(s, sb2.id, "GET").json()["mode"] == "allow_all"
+    got = sandbox_probes(sb2, denied="http://denied.test:8080/", private="http://10.77.0.1:8080/")
+    assert got == {"denied": "ok", "private": "fail"}
+
+
+def test_sbxd_port_exposure_under_deny_all(sbxd, net):
+    """sbxd's proxy reaches a sandbox's server through its loopback, which the policy does not
+    touch: the port is served while the internet is denied."""
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    sb = s.create(networkPolicy={"defaultAction": "deny", "egress": []})
+    sb.write("/tmp/app.py", APP.encode())
+    sb.events("python3 /tmp/app.py", background=True)
+    tok = {"X-EXECD-ACCESS-TOKEN": sb.token}
+    for _ in range(100):
+        r = s.req("GET", "/direct/%s/8000/hello" % sb.id, key=None, headers=tok)
+        if r.status == 200:
+            break
+        time.sleep(0.1)
+    assert r.status == 200 and r.body == b"path=/hello seen=X-Forwarded-For", r.body
+    ep = s.req("GET", "/v1/sandboxes/%s/endpoints/8000" % sb.id)
+    assert ep.status == 200 and ep.json()["endpoint"].endswith("/direct/%s/8000" % sb.id), ep.body
+    r = s.req("GET", "/sandboxes/%s/proxy/8000/p" % sb.id, key=None, headers=tok)
+    assert r.status == 200 and r.body == b"path=/p seen=X-Forwarded-For", r.body
+    r = s.req("POST", "/direct/%s/8000/echo" % sb.id, b"payload", key=None, headers=tok)
+    assert r.status == 201 and r.body == b"echo:payload"
+    # while the sandbox itself reaches nothing outside
+    got = sandbox_probes(sb, pypi="http://pypi.test:8080/", literal="http://203.0.113.10:8080/",
+                         local="http://127.0.0.1:8000/")
+    assert got == {"pypi": "fail", "literal": "fail", "local": "ok"}
