@@ -293,3 +293,42 @@ def test_sbxd_port_exposure_under_deny_all(sbxd, net):
     got = sandbox_probes(sb, pypi="http://pypi.test:8080/", literal="http://203.0.113.10:8080/",
                          local="http://127.0.0.1:8000/")
     assert got == {"pypi": "fail", "literal": "fail", "local": "ok"}
+
+
+# ---- IPv6 (the fake internet has a v6 default route: pasta gives the sandbox v6 too) ----
+
+def test_ipv6_names_literals_and_always_denied(egress):
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "2001:db8:113::20")])
+    r = s.sh("t", "ip -6 addr show dev eth0; ip -6 route")
+    assert "2001:db8:100::2" in r["stdout"] and "default" in r["stdout"], r
+    got = probes(s, "t", pypi6="-6 http://pypi.test:8080/", denied6="-6 http://denied.test:8080/",
+                 literal="http://[2001:db8:113::40]:8080/",
+                 allowed_literal="http://[2001:db8:113::20]:8080/")
+    assert got == {"pypi6": "ok", "denied6": "fail", "literal": "fail", "allowed_literal": "ok"}
+    # the AAAA answer was pinned (pin6), the denied literal logged
+    log = denied_log(s, "t", lambda e: e["target"].startswith("[2001:db8:113::40]"))
+    assert any(e["kind"] == "connect" and e["target"].startswith("[2001:db8:113::40]")
+               for e in log), log
+    # under default allow: ULA, metadata, the host's own v6 addresses and loopback stay denied
+    s2 = egress("allow")
+    got = probes(s2, "t", public="http://[2001:db8:113::40]:8080/",
+                 ula="http://[fd00::10]:8080/", metadata="http://[fd00:ec2::254]:8080/",
+                 host_addr="http://[%s]:8080/" % fakenet.HOST_ADDR6,
+                 host_lo="http://[::1]:18080/", gateway_not_host="http://[2001:db8:100::1]:18080/",
+                 rebind6="-6 http://rebind.test:8080/", hostname6="-6 http://hostaddr.test:8080/")
+    assert got == {"public": "ok", "ula": "fail", "metadata": "fail", "host_addr": "fail",
+                   "host_lo": "fail", "gateway_not_host": "fail", "rebind6": "fail",
+                   "hostname6": "fail"}
+
+
+def test_ipv6_cidr_rules(egress):
+    s = egress("allow", [("deny", "2001:db8:113::40/126"), ("allow", "fd00::/64")])
+    got = probes(s, "t", public="http://[2001:db8:113::10]:8080/",
+                 cidr_deny="http://[2001:db8:113::40]:8080/",
+                 ula_allowed="http://[fd00::10]:8080/", metadata="http://[fd00:ec2::254]:8080/")
+    assert got == {"public": "ok", "cidr_deny": "fail", "ula_allowed": "ok", "metadata": "fail"}
+    s2 = egress("deny", [("allow", "2001:db8:113::/112"), ("deny", "2001:db8:113::30")])
+    got = probes(s2, "t", in_cidr="http://[2001:db8:113::40]:8080/",
+                 first_rule_wins="http://[2001:db8:113::30]:8080/",
+                 v4_not_covered="http://203.0.113.40:8080/")
+    assert got == {"in_cidr": "ok", "first_rule_wins": "ok", "v4_not_covered": "fail"}
