@@ -32,7 +32,8 @@ NAMES = {
     "denied.test": "203.0.113.30,2001:db8:113::30",
     "rebind.test": "10.77.0.1,fd00::10",
     "hostaddr.test": "192.0.2.77,2001:db8:77::77",
-    "v4only.test": "203.0.113.10",
+    # 40 addresses: over 512 bytes, so its UDP answer is truncated (the TCP retry gets them all)
+    "big.test": ",".join(["203.0.113.40"] + ["198.18.0.%d" % i for i in range(1, 40)]),
 }
 INET_ADDRS = ["203.0.113.10", "203.0.113.20", "203.0.113.30", "203.0.113.40", "203.0.113.53",
               "10.77.0.1"]

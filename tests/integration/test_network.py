@@ -332,3 +332,60 @@ def test_ipv6_cidr_rules(egress):
                  first_rule_wins="http://[2001:db8:113::30]:8080/",
                  v4_not_covered="http://203.0.113.40:8080/")
     assert got == {"in_cidr": "ok", "first_rule_wins": "ok", "v4_not_covered": "fail"}
+
+
+# ---- DNS over TCP (RFC 7766) ----
+
+DNS_TCP = r'''
+import socket, struct, sys
+def q(name, qtype, qid):
+    body = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + body + struct.pack("!HH", qtype, 1)
+def frame(m):
+    return struct.pack("!H", len(m)) + m
+def read(s):
+    def exact(n):
+        d = b""
+        while len(d) < n:
+            more = s.recv(n - len(d))
+            assert more, "closed"
+            d += more
+        return d
+    return exact(struct.unpack("!H", exact(2))[0])
+def show(tag, r):
+    qid, flags, _, an = struct.unpack("!HHHH", r[:8])
+    print("%s id=%d rcode=%d an=%d tc=%d" % (tag, qid, flags & 15, an, (flags >> 9) & 1))
+s = socket.create_connection(("127.0.0.53", 53), timeout=5)
+# pipelined on one connection: answered in order, each with its own id
+s.sendall(frame(q("pypi.test", 1, 11)) + frame(q("denied.test", 1, 12)) + frame(q("pypi.test", 28, 13)))
+for tag in ("pypi", "denied", "pypi6"):
+    show(tag, read(s))
+s.sendall(frame(q("big.test", 1, 14)))
+show("big_tcp", read(s))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(5)
+u.sendto(q("big.test", 1, 15), ("127.0.0.53", 53))
+show("big_udp", u.recv(4096))
+# garbage: the connection is closed, the resolver goes on
+g = socket.create_connection(("127.0.0.53", 53), timeout=5)
+g.sendall(b"\x00\x02zz")
+print("garbage", "closed" if g.recv(10) == b"" else "answered")
+'''
+
+
+def test_dns_over_tcp(egress):
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "big.test")])
+    r = s.sh("t", "python3 -c %s" % shlex_quote(DNS_TCP))
+    out = r["stdout"]
+    for want in ("pypi id=11 rcode=0 an=1 tc=0", "denied id=12 rcode=3 an=0",
+                 "pypi6 id=13 rcode=0 an=1", "big_tcp id=14 rcode=0 an=40 tc=0",
+                 "big_udp id=15 rcode=0 an=0 tc=1", "garbage closed"):
+        assert want in out, (want, r)
+    # the TCP answer pinned its addresses (203.0.113.40 is one of big.test's), nothing else is
+    got = probes(s, "t", pinned="http://203.0.113.40:8080/", other="http://203.0.113.20:8080/")
+    assert got == {"pinned": "ok", "other": "fail"}
+    # glibc retries a truncated answer over TCP by itself
+    r = s.sh("t", "getent ahostsv4 big.test | grep -c STREAM")
+    assert r["stdout"].strip() == "40", r
+    log = denied_log(s, "t", lambda e: e["target"] == "denied.test")
+    assert any(e["kind"] == "lookup" and e["target"] == "denied.test" for e in log), log
