@@ -362,6 +362,8 @@ for tag in ("pypi", "denied", "pypi6"):
     show(tag, read(s))
 s.sendall(frame(q("big.test", 1, 14)))
 show("big_tcp", read(s))
+s.sendall(frame(q("rebind.test", 1, 16)))
+show("rebind_tcp", read(s))
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.settimeout(5)
 u.sendto(q("big.test", 1, 15), ("127.0.0.53", 53))
@@ -374,18 +376,22 @@ print("garbage", "closed" if g.recv(10) == b"" else "answered")
 
 
 def test_dns_over_tcp(egress):
-    s = egress("deny", [("allow", "pypi.test"), ("allow", "big.test")])
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "big.test"), ("allow", "rebind.test")])
     r = s.sh("t", "python3 -c %s" % shlex_quote(DNS_TCP))
     out = r["stdout"]
     for want in ("pypi id=11 rcode=0 an=1 tc=0", "denied id=12 rcode=3 an=0",
                  "pypi6 id=13 rcode=0 an=1", "big_tcp id=14 rcode=0 an=40 tc=0",
-                 "big_udp id=15 rcode=0 an=0 tc=1", "garbage closed"):
+                 "big_udp id=15 rcode=0 an=0 tc=1", "rebind_tcp id=16 rcode=0 an=1",
+                 "garbage closed"):
         assert want in out, (want, r)
     # the TCP answer pinned its addresses (203.0.113.40 is one of big.test's), nothing else is
-    got = probes(s, "t", pinned="http://203.0.113.40:8080/", other="http://203.0.113.20:8080/")
-    assert got == {"pinned": "ok", "other": "fail"}
+    # ... but not an allowed name's private address (DNS rebinding over TCP)
+    got = probes(s, "t", pinned="http://203.0.113.40:8080/", other="http://203.0.113.20:8080/",
+                 rebound="http://10.77.0.1:8080/")
+    assert got == {"pinned": "ok", "other": "fail", "rebound": "fail"}
     # glibc retries a truncated answer over TCP by itself
     r = s.sh("t", "getent ahostsv4 big.test | grep -c STREAM")
     assert r["stdout"].strip() == "40", r
     log = denied_log(s, "t", lambda e: e["target"] == "denied.test")
     assert any(e["kind"] == "lookup" and e["target"] == "denied.test" for e in log), log
+    assert any(e["kind"] == "lookup" and e["target"] == "rebind.test=10.77.0.1" for e in log), log
