@@ -5,6 +5,8 @@
  *   and its REFUSED/NXDOMAIN reply is a response that parses back with the same name and type;
  * - a response that parses pins only addresses owned by its question's name or a name of the
  *   CNAME chain, each chain name once, never more than the caps;
+ * - read as a TCP stream (RFC 7766 framing, the resolver's TCP side), every frame lies inside the
+ *   input, is at least a header and starts right after its length; each is parsed as a query;
  * - nothing reads outside the packet (ASan), loops end (the time-out).
  *
  * Run: fuzz/run.sh 60 fuzz_net_dns */
@@ -73,6 +75,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sbx__dns_response_clear(&r);
   } else {
     sbx_error_release(&err);
+  }
+  for (size_t off = 0;;) {
+    const uint8_t *msg = NULL;
+    size_t len = 0;
+    int got = sbx__dns_tcp_frame(data + off, size - off, &msg, &len);
+    if (got <= 0)
+      break;
+    if (msg != data + off + 2 || len < SBX_DNS_HEADER || len > size - off - 2)
+      abort();
+    struct sbx_dns_query tq;
+    if (sbx__dns_parse_query(msg, len, &tq, &err) < 0)
+      sbx_error_release(&err);
+    off += 2 + len;
   }
   return 0;
 }

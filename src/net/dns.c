@@ -254,3 +254,17 @@ int sbx__dns_parse_response(const uint8_t *pkt, size_t len, struct sbx_dns_respo
   free(rrs);
   return 0;
 }
+
+int sbx__dns_tcp_frame(const uint8_t *buf, size_t len, const uint8_t **msg, size_t *msg_len)
+{
+  if (len < 2)
+    return 0;
+  size_t n = get16(buf);
+  if (n < SBX_DNS_HEADER)
+    return -1;
+  if (len - 2 < n)
+    return 0;
+  *msg = buf + 2;
+  *msg_len = n;
+  return 1;
+}

@@ -72,6 +72,11 @@ int sbx__dns_parse_response(const uint8_t *pkt, size_t len, struct sbx_dns_respo
                             sbx_error_t *err);
 void sbx__dns_response_clear(struct sbx_dns_response *r);
 
+/* RFC 7766 framing (DNS over TCP): each message is preceded by its length, two bytes in network
+ * order. The first message of a stream buffer: 1 with *msg and *msg_len when it is all there, 0
+ * when more bytes are needed, -1 when its length is shorter than a header (not DNS). */
+int sbx__dns_tcp_frame(const uint8_t *buf, size_t len, const uint8_t **msg, size_t *msg_len);
+
 /* Reads a (possibly compressed) name at *off into out (lowercased, no trailing dot); *off moves
  * past it in the packet. -1 with a reason on truncation, loops, bad labels or length. */
 int sbx__dns_read_name(const uint8_t *pkt, size_t len, size_t *off, char out[SBX_DNS_MAX_NAME + 1],

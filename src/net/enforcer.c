@@ -17,6 +17,7 @@
 #include "nflog.h"
 #include "nft.h"
 #include "resolver.h"
+#include "resolver_tcp.h"
 #include "store.h"
 
 #include <fcntl.h>
@@ -296,6 +297,8 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   pid_t pasta = start_pasta(netns, dirfd, &err);
   if (pasta < 0)
     return fail(ready_fd, "start the sandbox's forwarder", &err);
+  /* the way back, for the TCP resolver's upstream connections */
+  cleanup_close int host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (setns(netns, CLONE_NEWNET) < 0) {
     sbx__make_error(&err, errno, SBX_E_BACKEND, "setns");
     return fail(ready_fd, "enter the sandbox's network namespace", &err);
@@ -304,6 +307,12 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   if (res->listen_fd < 0)
     return fail(ready_fd, "start the resolver", &err);
   res->hooks = (struct sbx_resolver_hooks){&e, hook_decide, hook_pin, hook_denied};
+  struct sbx_resolver_tcp *tcp =
+      host_ns < 0
+          ? NULL
+          : sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host_ns, netns, &err);
+  if (tcp == NULL)
+    return fail(ready_fd, "start the resolver (TCP)", &err);
   e.nft = sbx__nft_new(&err);
   if (e.nft == NULL || load_policy(&e, &err) < 0)
     return fail(ready_fd, "set the sandbox's packet filter", &err);
@@ -319,9 +328,13 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   close(ready_fd);
   uint64_t last_flush = 0;
   for (;;) {
-    struct pollfd pfd[] = {{ino, POLLIN, 0},        {res->listen_fd, POLLIN, 0},
-                           {res->up_fd, POLLIN, 0}, {pidfd, POLLIN, 0},
-                           {sfd, POLLIN, 0},        {nflog, POLLIN, 0}};
+    struct pollfd pfd[] = {{ino, POLLIN, 0},
+                           {res->listen_fd, POLLIN, 0},
+                           {res->up_fd, POLLIN, 0},
+                           {pidfd, POLLIN, 0},
+                           {sfd, POLLIN, 0},
+                           {nflog, POLLIN, 0},
+                           {sbx__resolver_tcp_fd(tcp), POLLIN, 0}};
     int n = poll(pfd, ARRAY_SIZE(pfd), 250);
     if (n < 0 && errno != EINTR)
       break;
@@ -354,6 +367,8 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
         if (poll(&more, 1, 0) <= 0)
           break;
       }
+    if (pfd[6].revents & POLLIN)
+      sbx__resolver_tcp_on_ready(tcp);
     if (nflog >= 0 && (pfd[5].revents & POLLIN)) {
       char target[96];
       while (sbx__nflog_read(nflog, target, sizeof target) > 0)
@@ -374,6 +389,7 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
     }
     uint64_t now = sbx__now_ms();
     sbx__resolver_expire(res, now);
+    sbx__resolver_tcp_expire(tcp, now);
     if (e.counters_dirty && now - last_flush >= 250) {
       sbx__net_counters_write(e.dir, &e.counters, NULL);
       e.counters_dirty = false;

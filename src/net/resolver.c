@@ -1,5 +1,5 @@
-/* The policy resolver (see resolver.h). UDP only: a truncated upstream answer goes back as it
- * came (TC set) and the client's retry over TCP finds no server (docs/network.md, limits). */
+/* The policy resolver (see resolver.h), its UDP side: a truncated upstream answer goes back as
+ * it came (TC set), and the client's retry over TCP is resolver_tcp.c's. */
 #include "error.h"
 #include "resolver.h"
 #include "util.h"

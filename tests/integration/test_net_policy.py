@@ -253,3 +253,17 @@ def test_create_network_policy(sbxd):
     for pol in ({"defaultAction": "deny"}, {"mode": "isolated"}, {}):
         r = create(pol)
         assert r.status == 202, (pol, r.body)
+    # sandbox.network host: only what the host's network is (everything allowed) is accepted
+    h = sbxd(config="sandbox:\n  network: host\n", home=s.home + "-host")
+    body_h = dict(body, networkPolicy={"defaultAction": "deny", "egress": [
+        {"action": "allow", "target": "pypi.test"}]})
+    r = h.req("POST", "/v1/sandboxes", body_h)
+    assert r.status == 400 and r.json()["code"] == "SANDBOX::API_NOT_SUPPORTED", r.body
+    assert "sandbox.network: host" in r.json()["message"], r.body
+    assert "sandbox.network: egress enforces any policy" in r.json()["message"], r.body
+    r = h.req("POST", "/v1/sandboxes", dict(body, networkPolicy={"mode": "open"}))
+    assert r.status == 202, r.body
+    sid = r.json()["id"]
+    r = egress(h, sid, "GET")
+    assert r.status == 200 and r.json()["mode"] == "allow_all", r.body
+    assert r.json()["enforcementMode"] == "none", r.body

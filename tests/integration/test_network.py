@@ -13,6 +13,8 @@ import pytest
 import conftest
 import fakenet
 from conftest import alive
+from test_net_policy import egress as egress_api
+from test_sbxd_http import APP, sbxd  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.skipif(not fakenet.available(), reason="needs root, pasta, nft, ip")
 
@@ -227,3 +229,169 @@ def test_spare_takes_its_policy(egress):
     assert re.search(r"took spare", p.stderr.decode()), p.stderr.decode()[-2000:]
     out = json.loads(p.stdout)["stdout"]
     assert "pypi=ok" in out and "lit=fail" in out, out
+
+
+# ---- sbxd on an egress configuration (it runs in the fake internet's host namespace) ----
+
+def sandbox_probes(sb, **urls):
+    out, end = sb.run("; ".join(CURL % (u, k, k) for k, u in urls.items()), timeout=120)
+    assert end["type"] == "execution_complete", end
+    return dict(line.split("=", 1) for line in "\n".join(out).split() if "=" in line)
+
+
+def test_sbxd_create_with_network_policy(sbxd, net):
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.test"},
+                                               {"action": "allow", "target": "203.0.113.40"}]}
+    sb = s.create(networkPolicy=pol)
+    # the sandbox starts under the request's policy, not the configuration's (default allow)
+    got = sandbox_probes(sb, pypi="http://pypi.test:8080/", denied="http://denied.test:8080/",
+                         cdn="http://files.cdn.test:8080/", literal="http://203.0.113.40:8080/",
+                         other="http://203.0.113.20:8080/")
+    assert got == {"pypi": "ok", "denied": "fail", "cdn": "fail", "literal": "ok", "other": "fail"}
+    r = egress_api(s, sb.id, "GET")
+    assert r.status == 200, r.body
+    assert r.json() == {"status": "ok", "mode": "enforcing", "enforcementMode": "dns+nft",
+                        "policy": pol}
+    # a PATCH through the API takes effect in the running sandbox
+    r = egress_api(s, sb.id, "PATCH", [{"action": "allow", "target": "*.cdn.test"}])
+    assert r.status == 200, r.body
+    for _ in range(40):
+        if sandbox_probes(sb, cdn="http://files.cdn.test:8080/") == {"cdn": "ok"}:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the PATCH did not open *.cdn.test")
+    # without networkPolicy: the configuration's (none given here: default allow)
+    sb2 = s.create()
+    assert egress_api(s, sb2.id, "GET").json()["mode"] == "allow_all"
+    got = sandbox_probes(sb2, denied="http://denied.test:8080/", private="http://10.77.0.1:8080/")
+    assert got == {"denied": "ok", "private": "fail"}
+
+
+def test_sbxd_port_exposure_under_deny_all(sbxd, net):
+    """sbxd's proxy reaches a sandbox's server through its loopback, which the policy does not
+    touch: the port is served while the internet is denied."""
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    sb = s.create(networkPolicy={"defaultAction": "deny", "egress": []})
+    sb.write("/tmp/app.py", APP.encode())
+    sb.events("python3 /tmp/app.py", background=True)
+    tok = {"X-EXECD-ACCESS-TOKEN": sb.token}
+    for _ in range(100):
+        r = s.req("GET", "/direct/%s/8000/hello" % sb.id, key=None, headers=tok)
+        if r.status == 200:
+            break
+        time.sleep(0.1)
+    assert r.status == 200 and r.body == b"path=/hello seen=X-Forwarded-For", r.body
+    ep = s.req("GET", "/v1/sandboxes/%s/endpoints/8000" % sb.id)
+    assert ep.status == 200 and ep.json()["endpoint"].endswith("/direct/%s/8000" % sb.id), ep.body
+    r = s.req("GET", "/sandboxes/%s/proxy/8000/p" % sb.id, key=None, headers=tok)
+    assert r.status == 200 and r.body == b"path=/p seen=X-Forwarded-For", r.body
+    r = s.req("POST", "/direct/%s/8000/echo" % sb.id, b"payload", key=None, headers=tok)
+    assert r.status == 201 and r.body == b"echo:payload"
+    # while the sandbox itself reaches nothing outside
+    got = sandbox_probes(sb, pypi="http://pypi.test:8080/", literal="http://203.0.113.10:8080/",
+                         local="http://127.0.0.1:8000/")
+    assert got == {"pypi": "fail", "literal": "fail", "local": "ok"}
+
+
+# ---- IPv6 (the fake internet has a v6 default route: pasta gives the sandbox v6 too) ----
+
+def test_ipv6_names_literals_and_always_denied(egress):
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "2001:db8:113::20")])
+    r = s.sh("t", "ip -6 addr show dev eth0; ip -6 route")
+    assert "2001:db8:100::2" in r["stdout"] and "default" in r["stdout"], r
+    got = probes(s, "t", pypi6="-6 http://pypi.test:8080/", denied6="-6 http://denied.test:8080/",
+                 literal="http://[2001:db8:113::40]:8080/",
+                 allowed_literal="http://[2001:db8:113::20]:8080/")
+    assert got == {"pypi6": "ok", "denied6": "fail", "literal": "fail", "allowed_literal": "ok"}
+    # the AAAA answer was pinned (pin6), the denied literal logged
+    log = denied_log(s, "t", lambda e: e["target"].startswith("[2001:db8:113::40]"))
+    assert any(e["kind"] == "connect" and e["target"].startswith("[2001:db8:113::40]")
+               for e in log), log
+    # under default allow: ULA, metadata, the host's own v6 addresses and loopback stay denied
+    s2 = egress("allow")
+    got = probes(s2, "t", public="http://[2001:db8:113::40]:8080/",
+                 ula="http://[fd00::10]:8080/", metadata="http://[fd00:ec2::254]:8080/",
+                 host_addr="http://[%s]:8080/" % fakenet.HOST_ADDR6,
+                 host_lo="http://[::1]:18080/", gateway_not_host="http://[2001:db8:100::1]:18080/",
+                 rebind6="-6 http://rebind.test:8080/", hostname6="-6 http://hostaddr.test:8080/")
+    assert got == {"public": "ok", "ula": "fail", "metadata": "fail", "host_addr": "fail",
+                   "host_lo": "fail", "gateway_not_host": "fail", "rebind6": "fail",
+                   "hostname6": "fail"}
+
+
+def test_ipv6_cidr_rules(egress):
+    s = egress("allow", [("deny", "2001:db8:113::40/126"), ("allow", "fd00::/64")])
+    got = probes(s, "t", public="http://[2001:db8:113::10]:8080/",
+                 cidr_deny="http://[2001:db8:113::40]:8080/",
+                 ula_allowed="http://[fd00::10]:8080/", metadata="http://[fd00:ec2::254]:8080/")
+    assert got == {"public": "ok", "cidr_deny": "fail", "ula_allowed": "ok", "metadata": "fail"}
+    s2 = egress("deny", [("allow", "2001:db8:113::/112"), ("deny", "2001:db8:113::30")])
+    got = probes(s2, "t", in_cidr="http://[2001:db8:113::40]:8080/",
+                 first_rule_wins="http://[2001:db8:113::30]:8080/",
+                 v4_not_covered="http://203.0.113.40:8080/")
+    assert got == {"in_cidr": "ok", "first_rule_wins": "ok", "v4_not_covered": "fail"}
+
+
+# ---- DNS over TCP (RFC 7766) ----
+
+DNS_TCP = r'''
+import socket, struct, sys
+def q(name, qtype, qid):
+    body = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + body + struct.pack("!HH", qtype, 1)
+def frame(m):
+    return struct.pack("!H", len(m)) + m
+def read(s):
+    def exact(n):
+        d = b""
+        while len(d) < n:
+            more = s.recv(n - len(d))
+            assert more, "closed"
+            d += more
+        return d
+    return exact(struct.unpack("!H", exact(2))[0])
+def show(tag, r):
+    qid, flags, _, an = struct.unpack("!HHHH", r[:8])
+    print("%s id=%d rcode=%d an=%d tc=%d" % (tag, qid, flags & 15, an, (flags >> 9) & 1))
+s = socket.create_connection(("127.0.0.53", 53), timeout=5)
+# pipelined on one connection: answered in order, each with its own id
+s.sendall(frame(q("pypi.test", 1, 11)) + frame(q("denied.test", 1, 12)) + frame(q("pypi.test", 28, 13)))
+for tag in ("pypi", "denied", "pypi6"):
+    show(tag, read(s))
+s.sendall(frame(q("big.test", 1, 14)))
+show("big_tcp", read(s))
+s.sendall(frame(q("rebind.test", 1, 16)))
+show("rebind_tcp", read(s))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(5)
+u.sendto(q("big.test", 1, 15), ("127.0.0.53", 53))
+show("big_udp", u.recv(4096))
+# garbage: the connection is closed, the resolver goes on
+g = socket.create_connection(("127.0.0.53", 53), timeout=5)
+g.sendall(b"\x00\x02zz")
+print("garbage", "closed" if g.recv(10) == b"" else "answered")
+'''
+
+
+def test_dns_over_tcp(egress):
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "big.test"), ("allow", "rebind.test")])
+    r = s.sh("t", "python3 -c %s" % shlex_quote(DNS_TCP))
+    out = r["stdout"]
+    for want in ("pypi id=11 rcode=0 an=1 tc=0", "denied id=12 rcode=3 an=0",
+                 "pypi6 id=13 rcode=0 an=1", "big_tcp id=14 rcode=0 an=40 tc=0",
+                 "big_udp id=15 rcode=0 an=0 tc=1", "rebind_tcp id=16 rcode=0 an=1",
+                 "garbage closed"):
+        assert want in out, (want, r)
+    # the TCP answer pinned its addresses (203.0.113.40 is one of big.test's), nothing else is
+    # ... but not an allowed name's private address (DNS rebinding over TCP)
+    got = probes(s, "t", pinned="http://203.0.113.40:8080/", other="http://203.0.113.20:8080/",
+                 rebound="http://10.77.0.1:8080/")
+    assert got == {"pinned": "ok", "other": "fail", "rebound": "fail"}
+    # glibc retries a truncated answer over TCP by itself
+    r = s.sh("t", "getent ahostsv4 big.test | grep -c STREAM")
+    assert r["stdout"].strip() == "40", r
+    log = denied_log(s, "t", lambda e: e["target"] == "denied.test")
+    assert any(e["kind"] == "lookup" and e["target"] == "denied.test" for e in log), log
+    assert any(e["kind"] == "lookup" and e["target"] == "rebind.test=10.77.0.1" for e in log), log

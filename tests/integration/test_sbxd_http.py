@@ -48,14 +48,16 @@ class Resp:
 
 
 class Server:
-    def __init__(self, home, args, env):
+    def __init__(self, home, args, env, net=None):
+        """net: a fakenet.FakeNet to run sbxd in (its "host" namespace, reached by a forward)."""
         self.home = str(home)
         self.args = args
         self.env = env
         self.logs = []
         self.killed = False
         self.ready = threading.Event()
-        self.proc = subprocess.Popen([SBXD, "--listen", "127.0.0.1:0", "--home", self.home] + args,
+        argv = [SBXD, "--listen", "127.0.0.1:0", "--home", self.home] + args
+        self.proc = subprocess.Popen(net.wrap(argv) if net else argv,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -64,6 +66,8 @@ class Server:
             self.proc.kill()
             raise AssertionError("sbxd did not start: %s" % self.logs)
         self.host = "127.0.0.1"
+        if net:
+            self.port = net.forward(self.port)
 
     def _read(self):
         for line in self.proc.stderr:
@@ -200,7 +204,7 @@ def sbxd(tmp_path):
     """start(**opts) -> Server; every server is stopped (and must exit 0) at the end."""
     started = []
 
-    def start(api_key=KEY, config=None, home=None, extra=None):
+    def start(api_key=KEY, config=None, home=None, extra=None, net=None):
         env = dict(os.environ)
         env.pop("OPEN_SANDBOX_API_KEY", None)
         args = []
@@ -211,7 +215,7 @@ def sbxd(tmp_path):
             cfg.write_text(config)
             args += ["--config", str(cfg)]
         args += extra or []
-        s = Server(home or (tmp_path / "home"), args, env)
+        s = Server(home or (tmp_path / "home"), args, env, net)
         started.append(s)
         return s
 

@@ -3,9 +3,13 @@
 // direct-endpoint and the server-proxy modes. sbxd's sandbox.network is none here: the test
 // seeds the sandbox's net/policy.json as an egress sandbox has it (the datapath's tests make
 // real ones) and checks the file after each call, since the file is what the enforcer applies.
-import { test } from "node:test";
+// The last test is the real thing: sbxd on sandbox.network egress inside the fake internet of the
+// network tests (fakenet_sbxd.py), a sandbox created with the SDK's networkPolicy.
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 
 import { SandboxApiException } from "@alibaba-group/opensandbox";
@@ -75,3 +79,30 @@ for (const mode of MODES) {
     });
   });
 }
+
+const canEgress =
+  process.getuid?.() === 0 && ["pasta", "nft", "ip", "nsenter"].every((c) => spawnSync("which", [c]).status === 0);
+
+test("create with networkPolicy on an egress sbxd", { skip: !canEgress && "needs root, pasta, nft, ip" }, async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "sbxd-sdk-net-"));
+  const cfg = path.join(dir, "config.yaml");
+  writeFileSync(cfg, "sandbox:\n  network: egress\n");
+  const networkPolicy = { defaultAction: "deny", egress: [{ action: "allow", target: "pypi.test" }] };
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  await withSandbox({ sbxd: { fakenet: true, args: ["--config", cfg] }, networkPolicy }, async (sandbox) => {
+    assert.deepEqual(await sandbox.getEgressPolicy(), networkPolicy);
+    const probe = (url, name) => `curl -s -m 3 -o /dev/null ${url} && echo ${name}=ok || echo ${name}=fail`;
+    const run = async (...probes) => {
+      const r = await sandbox.commands.run(probes.join("; "));
+      return r.logs.stdout.map((m) => m.text.trim()).join(" ");
+    };
+    assert.equal(
+      await run(probe("http://pypi.test:8080/", "pypi"), probe("http://denied.test:8080/", "denied")),
+      "pypi=ok denied=fail",
+    );
+    await sandbox.patchEgressRules([{ action: "allow", target: "denied.test" }]);
+    let got = "";
+    for (let i = 0; i < 20 && got !== "denied=ok"; i++) got = await run(probe("http://denied.test:8080/", "denied"));
+    assert.equal(got, "denied=ok");
+  });
+});

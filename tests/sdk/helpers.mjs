@@ -19,7 +19,8 @@ export const SBX = path.join(BUILD, "sbx");
 export const IMAGE = process.env.SBX_SDK_IMAGE || "host";
 const IMAGE_ARCHIVE = process.env.SBX_SDK_IMAGE_ARCHIVE;
 
-export async function startSbxd({ apiKey = "sdk-test-key", args = [] } = {}) {
+// fakenet: run sbxd inside the fake internet of the network tests (fakenet_sbxd.py; root only)
+export async function startSbxd({ apiKey = "sdk-test-key", args = [], fakenet = false } = {}) {
   const home = mkdtempSync(path.join(os.tmpdir(), "sbxd-sdk-"));
   const argv = ["--listen", "127.0.0.1:0", "--home", home, ...args];
   if (apiKey) argv.push("--api-key", apiKey);
@@ -29,7 +30,9 @@ export async function startSbxd({ apiKey = "sdk-test-key", args = [] } = {}) {
     const imp = spawnSync(SBX, ["--home", home, "image", "import", IMAGE_ARCHIVE], { encoding: "utf8" });
     assert.equal(imp.status, 0, `sbx image import: ${imp.stderr}`);
   }
-  const child = spawn(SBXD, argv, { stdio: ["ignore", "ignore", "pipe"], env });
+  const child = fakenet
+    ? spawn("python3", [path.join(here, "fakenet_sbxd.py"), SBXD, ...argv], { stdio: ["ignore", "ignore", "pipe"], env })
+    : spawn(SBXD, argv, { stdio: ["ignore", "ignore", "pipe"], env });
   const logs = [];
   let text = "";
   const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));

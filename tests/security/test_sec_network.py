@@ -101,7 +101,8 @@ def test_no_raw_or_packet_sockets(box):
               "  try:\n"
               "    socket.socket(*args); print(name+'=worked')\n"
               "  except OSError as e: print(name+'=refused', e)\n")
-    out = run(box, "getent hosts pypi.test >/dev/null; python3 -c %s" % shlex.quote(script))
+    # ahostsv4: the A answer is what pins 203.0.113.10 (pypi.test has an AAAA too)
+    out = run(box, "getent ahostsv4 pypi.test >/dev/null; python3 -c %s" % shlex.quote(script))
     assert "control=ok" in out, out
     for k in ("raw", "icmp", "packet"):
         assert k + "=refused" in out, out
@@ -129,13 +130,20 @@ def test_own_resolver_and_port_53_elsewhere(box):
 def test_dns_rebinding_to_private_or_host_addresses(box):
     out = run(box, "; ".join([
         curl("http://pypi.test:8080/", "control"),
-        "getent hosts rebind.test; getent hosts hostaddr.test",
+        "getent ahosts rebind.test; getent ahosts hostaddr.test",
         curl("http://rebind.test:8080/", "private"),
         curl("http://10.77.0.1:8080/", "private_ip"),
         curl("http://hostaddr.test:8080/", "host"),
-        curl("http://%s:8080/" % fakenet.HOST_ADDR, "host_ip")]))
+        curl("http://%s:8080/" % fakenet.HOST_ADDR, "host_ip"),
+        # the same over IPv6 (AAAA answers: a ULA, a host address)
+        curl("-6 http://rebind.test:8080/", "private6"),
+        curl("http://[fd00::10]:8080/", "private6_ip"),
+        curl("-6 http://hostaddr.test:8080/", "host6"),
+        curl("http://[%s]:8080/" % fakenet.HOST_ADDR6, "host6_ip")]))
     assert "control=ok" in out, out
     # the names resolve (the answer passes) but their addresses were never pinned
-    assert "10.77.0.1" in out and fakenet.HOST_ADDR in out, out
-    for k in ("private", "private_ip", "host", "host_ip"):
+    for a in ("10.77.0.1", fakenet.HOST_ADDR, "fd00::10", fakenet.HOST_ADDR6):
+        assert a in out, (a, out)
+    for k in ("private", "private_ip", "host", "host_ip", "private6", "private6_ip", "host6",
+              "host6_ip"):
         assert k + "=fail" in out, out

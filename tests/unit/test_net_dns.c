@@ -326,13 +326,35 @@ static void test_response_errors(void **state)
   response_refused(&p, "answer 1");
 }
 
+/* RFC 7766 framing: whole, partial, too short to be DNS, pipelined */
+static void test_tcp_frame(void **state)
+{
+  (void) state;
+  uint8_t b[2 + 12 + 2 + 13] = {0, 12};
+  b[14] = 0, b[15] = 13;
+  const uint8_t *msg = NULL;
+  size_t len = 0;
+  assert_int_equal(sbx__dns_tcp_frame(b, 0, &msg, &len), 0);
+  assert_int_equal(sbx__dns_tcp_frame(b, 1, &msg, &len), 0);
+  assert_int_equal(sbx__dns_tcp_frame(b, 13, &msg, &len), 0); /* one byte short */
+  assert_int_equal(sbx__dns_tcp_frame(b, 14, &msg, &len), 1);
+  assert_ptr_equal(msg, b + 2);
+  assert_int_equal(len, 12);
+  assert_int_equal(sbx__dns_tcp_frame(b + 14, sizeof b - 14, &msg, &len), 1);
+  assert_int_equal(len, 13);
+  assert_int_equal(sbx__dns_tcp_frame(b + 14, sizeof b - 15, &msg, &len), 0);
+  uint8_t shorter[2 + 11] = {0, 11};
+  assert_int_equal(sbx__dns_tcp_frame(shorter, sizeof shorter, &msg, &len), -1);
+  uint8_t empty[2] = {0, 0};
+  assert_int_equal(sbx__dns_tcp_frame(empty, sizeof empty, &msg, &len), -1);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_query),
-      cmocka_unit_test(test_query_errors),
-      cmocka_unit_test(test_response_chain),
-      cmocka_unit_test(test_response_errors),
+      cmocka_unit_test(test_query),          cmocka_unit_test(test_query_errors),
+      cmocka_unit_test(test_response_chain), cmocka_unit_test(test_response_errors),
+      cmocka_unit_test(test_tcp_frame),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
