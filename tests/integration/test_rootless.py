@@ -408,3 +408,26 @@ def test_image_sandbox_without_subids(single):
     r = single.sh("n", "stat -c %u /home/user/own; test -e /bin/ls; echo ls=$?; "
                   "touch /root/f; chown 1000 /root/f 2>/dev/null; echo chown=$?", image="rl:2")
     assert r["stdout"].split("\n")[:3] == ["0", "ls=1", "chown=1"], r
+
+
+@pytest.mark.skipif(not (os.path.exists("/usr/bin/docker-registry") and
+                         os.path.exists("/usr/bin/skopeo")),
+                    reason="no docker-registry or skopeo (make deps)")
+def test_pull_and_run_as_a_user(user, tmp_path):
+    import test_pull
+    reg = test_pull.Registry(tmp_path)
+    try:
+        lay = test_pull.layout(tmp_path, "bb", [mkimage.busybox_layer(),
+                                                test_pull.hello_layer(b"pulled\n")])
+        reg.push(lay, "test/rl:1")
+        ref = reg.host + "/test/rl:1"
+        p = user.run("pull", ref, check=0)
+        assert p.stdout.decode() == ref + "\n", p.stderr
+        r = user.sh("pl", "cat /hello; id -u", image=ref)
+        assert r["stdout"] == "pulled\n0\n", r
+        # what the pull left: the user's, nothing in the work area but the cache's locks
+        tmp = os.path.join(_store(user), "tmp")
+        assert [f for f in os.listdir(tmp) if f != "pull-cache"] == []
+        user.ok("rm", "-t", "pl")
+    finally:
+        reg.stop()
