@@ -431,3 +431,26 @@ def test_pull_and_run_as_a_user(user, tmp_path):
         user.ok("rm", "-t", "pl")
     finally:
         reg.stop()
+
+
+def test_commit_as_a_user(user):
+    d, tar = _image_tar("rl:c")
+    try:
+        user.ok("image", "import", tar)
+    finally:
+        shutil.rmtree(d)
+    r = user.sh("cm", "mkdir /opt && echo c > /opt/f && chown 1000:1000 /opt/f; rm /bin/cat; "
+                "rm -r /home/user && mkdir /home/user && echo n > /home/user/n", image="rl:c")
+    assert r["exit_code"] == 0, r
+    # live, commit freezes the sandbox (a freezer cgroup the user may lack here): stopped, it
+    # reads the upper as it is
+    pid = [s["pid"] for s in json.loads(user.ok("ps", "--json"))["sandboxes"]
+           if s["thread"] == "cm"][0]
+    os.kill(pid, 9)
+    out = user.ok("commit", "-t", "cm", "rl:c2")
+    assert out.startswith("rl:c2 sha256:"), out
+    user.ok("rm", "-t", "cm")
+    r = user.sh("cm2", "stat -c %u:%g /opt/f; test -e /bin/cat; echo cat=$?; ls -A /home/user",
+                image="rl:c2")
+    assert r["stdout"].split() == ["1000:1000", "cat=1", "n"], r
+    user.ok("rm", "-t", "cm2")

@@ -34,8 +34,7 @@ static void child(sbx_store_fn fn, void *arg, bool sub, int go, int back)
                     "`sbx doctor`)");
   } else if (write(back, "U", 1) != 1 || read(go, &c, 1) != 1 || c != 'M') {
     _exit(3);
-  } else if (setresgid(0, 0, 0) < 0 || (sub && setgroups(0, NULL) < 0) ||
-             setresuid(0, 0, 0) < 0) {
+  } else if (setresgid(0, 0, 0) < 0 || (sub && setgroups(0, NULL) < 0) || setresuid(0, 0, 0) < 0) {
     sbx__make_error(&e, errno, SBX_E_INTERNAL, "become root of the image store's namespace");
   } else {
     sbx_buf_t out = {0};
@@ -59,9 +58,8 @@ int sbx__store_run(sbx_store_fn fn, void *arg, sbx_buf_t *out, sbx_error_t *err)
     return fn(arg, out, err);
   struct passwd pwd, *pw = NULL;
   char pwbuf[4096];
-  const char *user = getpwuid_r(geteuid(), &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw
-                         ? pw->pw_name
-                         : NULL;
+  const char *user =
+      getpwuid_r(geteuid(), &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw ? pw->pw_name : NULL;
   uint32_t sub_uid = 0, sub_gid = 0;
   bool sub = sbx__ids_store_slice(user, &sub_uid, &sub_gid);
   int go[2], back[2];
@@ -112,12 +110,12 @@ int sbx__store_run(sbx_store_fn fn, void *arg, sbx_buf_t *out, sbx_error_t *err)
   int kind = 0, st = 0, at = 0;
   if (msg.len > 0 && msg.data[0] == 'O' && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     sbx__buf_append(out, msg.data + 1, msg.len - 1);
-  } else if (msg.len > 0 && msg.data[0] == 'E' && sscanf(msg.data + 1, "%d %d %n", &kind, &st, &at) >= 2 &&
-             at > 0 && kind >= 1 && kind < SBX_E_KIND_MAX) {
+  } else if (msg.len > 0 && msg.data[0] == 'E' &&
+             sscanf(msg.data + 1, "%d %d %n", &kind, &st, &at) >= 2 && at > 0 && kind >= 1 &&
+             kind < SBX_E_KIND_MAX) {
     r = sbx__error_set(err, st, kind, msg.data + 1 + at);
   } else {
-    r = sbx__make_error(err, 0, SBX_E_INTERNAL, "the image store's child died (status %d)",
-                        status);
+    r = sbx__make_error(err, 0, SBX_E_INTERNAL, "the image store's child died (status %d)", status);
   }
   sbx__buf_free(&msg);
   return r < 0 ? -1 : 0;
