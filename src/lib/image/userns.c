@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #define OUT_MAX (16u << 20)
@@ -62,9 +63,10 @@ int sbx__store_run(sbx_store_fn fn, void *arg, sbx_buf_t *out, sbx_error_t *err)
       getpwuid_r(geteuid(), &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw ? pw->pw_name : NULL;
   uint32_t sub_uid = 0, sub_gid = 0;
   bool sub = sbx__ids_store_slice(user, &sub_uid, &sub_gid);
+  /* go: a socket, so a child gone before it reads its 'M' is an error, not our SIGPIPE */
   int go[2], back[2];
-  if (pipe2(go, O_CLOEXEC) < 0)
-    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create a pipe");
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "create a socket pair");
   if (pipe2(back, O_CLOEXEC) < 0) {
     close(go[0]);
     close(go[1]);
@@ -89,7 +91,7 @@ int sbx__store_run(sbx_store_fn fn, void *arg, sbx_buf_t *out, sbx_error_t *err)
   ssize_t n = TEMP_FAILURE_RETRY(read(rd, &c, 1));
   if (n == 1 && c == 'U') {
     if (sbx__ids_map_sub(pid, sub ? SBX_UID_COUNT : 1, sub_uid, sub_gid, err) < 0 ||
-        write(wr, "M", 1) != 1)
+        send(wr, "M", 1, MSG_NOSIGNAL) != 1)
       r = -1;
   } else if (n == 1) {
     sbx__buf_putc(&msg, c); /* the child's error, before it had a namespace */
