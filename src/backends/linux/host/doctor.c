@@ -254,10 +254,13 @@ static void check_rootless(struct report *r, const char *home)
   bool subgid = subids_of("/etc/subgid", name, getegid(), &gf, &gc);
   if (tools && subuid && subgid) {
     uint32_t slots = (uc < gc ? uc : gc) / (SBX_UID_COUNT - 1);
+    /* the first slot is the image store's when there are more (ids.c) */
+    uint32_t own = slots > 1 ? slots - 1 : slots;
     line(r, OK, "subids", NULL,
          "newuidmap and /etc/subuid %u:%u: ids 1-65535 inside map to a range of their own for "
-         "%u sandbox%s at once (more share the last range)",
-         uf, uc, slots, slots == 1 ? "" : "es");
+         "%u sandbox%s at once (more share the last range; image sandboxes all share the "
+         "first, %u..)",
+         uf, uc, own, own == 1 ? "" : "es", uf);
   } else {
     line(r, WARN, "subids",
          !tools ? "apt-get install uidmap (newuidmap, newgidmap)"
