@@ -269,6 +269,8 @@ def test_doctor_as_a_user(user, single):
     assert "rootless mode" in out and "sbx needs root" not in out, out
     assert "a user namespace with mount, pid, net, ipc and uts namespaces works" in out, out
     assert "[ok  ] subids" in out, out
+    assert "overlayfs in a user namespace available" in out, out  # image roots, Linux 5.11
+    assert "image roots" not in out, out  # no longer refused
     assert "[ok  ] state          %s" % user.state in out, out
     out = single.ok("doctor")
     assert "[warn] subids" in out and "fix: usermod --add-subuids" in out, out
