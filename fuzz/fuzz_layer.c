@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
   struct sbx_layer_limits lim = {.max_bytes = 8u << 20, .max_entries = 4096};
   char diff[SBX_DIGEST_HEX + 1];
-  int r = sbx__layer_extract(in, root, &lim, diff, &err);
+  int r = sbx__layer_extract(in, root, &lim, NULL, diff, &err);
   if (r < 0) {
     if (err == NULL || strchr(err->msg, '\n'))
       abort();

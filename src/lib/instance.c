@@ -4,6 +4,7 @@
 #include "instance.h"
 #include "log.h"
 #include "registry.h"
+#include "image/image.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -64,6 +65,20 @@ void sbx__instance_free(struct sbx_instance *in)
   in->dir = NULL;
 }
 
+struct rm_args {
+  int dirfd;
+  const char *name;
+};
+
+static int rm_child(void *arg, sbx_buf_t *out, sbx_error_t *err)
+{
+  (void) out;
+  const struct rm_args *a = arg;
+  if (sbx__rm_rf_at(a->dirfd, a->name) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "remove `%s`", a->name);
+  return 0;
+}
+
 int sbx__instance_destroy(struct sbx_instance *in, sbx_error_t *err)
 {
   sbx_error_t derr = NULL;
@@ -82,8 +97,19 @@ int sbx__instance_destroy(struct sbx_instance *in, sbx_error_t *err)
     return -1;
   cleanup_free char *parent = xasprintf("%s/sandboxes", in->home);
   cleanup_close int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (pfd >= 0 && sbx__rm_rf_at(pfd, in->meta.id) < 0 && r == 0)
-    r = sbx__make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
+  if (pfd >= 0 && sbx__rm_rf_at(pfd, in->meta.id) < 0) {
+    int saved = errno;
+    /* rootless, an image sandbox's upper holds files of the store slice's ids (and overlayfs'
+     * mode 0 work folder): its namespace's root removes them */
+    struct rm_args a = {pfd, in->meta.id};
+    sbx_buf_t out = {0};
+    if (geteuid() == 0 || sbx__store_run(rm_child, &a, &out, NULL) < 0) {
+      errno = saved;
+      if (r == 0)
+        r = sbx__make_error(err, errno, SBX_E_IO, "remove `%s`", in->dir);
+    }
+    sbx__buf_free(&out);
+  }
   return r;
 }
 

@@ -9,11 +9,15 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import uuid
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, SOURCE
+
+sys.path.insert(0, os.path.join(SOURCE, "tests", "images"))
+import mkimage  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make the test users")
 
@@ -55,8 +59,9 @@ class User:
     def ok(self, *args, **kw):
         return self.run(*args, check=0, **kw).stdout.decode()
 
-    def sh(self, thread, command, **kw):
-        p = self.run("exec", "-t", thread, "--json", "--", command, **kw)
+    def sh(self, thread, command, image=None, **kw):
+        p = self.run("exec", "-t", thread, "--json", *(["--image", image] if image else []), "--",
+                     command, **kw)
         assert p.stdout, p.stderr
         return json.loads(p.stdout)
 
@@ -232,7 +237,7 @@ def test_limits_where_delegated_else_one_warning(user):
 def test_root_features_refused_in_one_line(single):
     cfg = os.path.join(single.home_dir, "quota.yaml")
     for body, what in (("sandbox:\n  user_data_size_mib: 16\n", b"user_data_size_mib"),
-                       ("sandbox:\n  image: busybox:latest\n", b"image root")):
+                       ("sandbox:\n  disk_mib: 64\n  image: busybox:latest\n", b"disk_mib")):
         with open(cfg, "w") as f:
             f.write(body)
         os.chown(cfg, single.uid, single.gid)
@@ -264,6 +269,8 @@ def test_doctor_as_a_user(user, single):
     assert "rootless mode" in out and "sbx needs root" not in out, out
     assert "a user namespace with mount, pid, net, ipc and uts namespaces works" in out, out
     assert "[ok  ] subids" in out, out
+    assert "overlayfs in a user namespace available" in out, out  # image roots, Linux 5.11
+    assert "image roots" not in out, out  # no longer refused
     assert "[ok  ] state          %s" % user.state in out, out
     out = single.ok("doctor")
     assert "[warn] subids" in out and "fix: usermod --add-subuids" in out, out
@@ -311,3 +318,141 @@ def test_sandbox_gains_nothing_the_user_lacks(user):
     # state readable by other users
     st = os.stat(user.state)
     assert st.st_uid == user.uid and st.st_mode & 0o077 == 0
+
+
+# ---- image roots (docs/hosts.md, "Rootless", Images): a store of the user's own ----
+
+def _image_tar(name="rl:1"):
+    """busybox plus a layer with a folder of uid 1000, a file of 1000's, and whiteouts of a
+    lower file and of /etc/group; in a folder every user can read."""
+    import tarfile
+    upper = mkimage.layer([
+        ("home", "dir"),
+        ("home/user", mkimage._info("home/user", tarfile.DIRTYPE, 0o755, uid=1000, gid=1000)),
+        ("home/user/own", ("owner", b"mine\n", 1000, 1000)),
+        ("bin/.wh.ls", b""), ("etc/.wh.group", b"")])
+    d = _public_dir("sbx-rootless-img-")
+    out = os.path.join(d, "img.tar")
+    mkimage.build_docker(out, [(name, [mkimage.busybox_layer(), upper], None)])
+    os.chmod(out, 0o644)
+    return d, out
+
+
+def _sub_first(u):
+    return int([l.split(":") for l in open("/etc/subuid") if l.startswith(u.name + ":")][0][1])
+
+
+def _store(u):
+    return os.path.join(u.state, "images")
+
+
+def test_image_sandbox_as_a_user(user):
+    d, tar = _image_tar()
+    try:
+        p = user.run("image", "import", tar, check=0)
+        assert p.stdout.decode() == "rl:1\n" and b"root's" not in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(d)
+    store = _store(user)
+    st = os.stat(store)
+    assert st.st_uid == user.uid and st.st_mode & 0o777 == 0o700, oct(st.st_mode)
+    # the layers carry the store slice's ids on disk: 0 the user, 1000 the slice's 1000th
+    sub = _sub_first(user)
+    layers = os.listdir(os.path.join(store, "layers"))
+    found = [os.path.join(store, "layers", l, "home", "user", "own") for l in layers]
+    own = [f for f in found if os.path.exists(f)][0]
+    assert (os.stat(own).st_uid, os.stat(own).st_gid) == (sub + 999, sub + 999)
+    assert os.stat(os.path.dirname(os.path.dirname(own))).st_uid == user.uid
+    r = user.sh("i", "cat /proc/self/uid_map; stat -c %u:%g /home/user/own; "
+                "test -e /bin/ls; echo ls=$?; grep -c . /etc/group; "
+                "echo data > /root/f && chown 1000:1000 /root/f && stat -c %u /root/f; "
+                "echo out > /mnt/user-data/outputs/o; rm /bin/cat; test -e /bin/cat; echo cat=$?",
+                image="rl:1")
+    lines = r["stdout"].split("\n")
+    maps = [l.split() for l in lines[:2]]
+    assert maps == [["0", str(user.uid), "1"], ["1", str(sub), "65535"]], r
+    assert lines[2:7] == ["1000:1000", "ls=1", "1", "1000", "cat=1"], r
+    # what root inside wrote is the user's, 1000 inside the slice's, on the host
+    import glob
+    (f,) = glob.glob(os.path.join(user.state, "sandboxes", "*", "upper", "root", "f"))
+    sandboxes = set(os.listdir(os.path.join(user.state, "sandboxes")))
+    f = os.stat(f)
+    assert (f.st_uid, f.st_gid) == (sub + 999, sub + 999)
+    o = os.stat(os.path.join(_thread_dir(user, "i"), "outputs", "o"))
+    assert (o.st_uid, o.st_gid) == (user.uid, user.gid)
+    # a second image sandbox maps the same slice (the layers' ids) and sees the image, not the
+    # first one's changes; rm removes all of it (files of the slice's ids too)
+    r = user.sh("i2", "sed -n 2p /proc/self/uid_map; test -e /bin/cat; echo cat=$?", image="rl:1")
+    assert r["stdout"].split() == ["1", str(sub), "65535", "cat=0"], r
+    user.ok("rm", "-t", "i")
+    user.ok("rm", "-t", "i2")
+    assert glob.glob(os.path.join(user.state, "sandboxes", "*", "upper")) == []
+    assert set(os.listdir(os.path.join(user.state, "sandboxes"))) < sandboxes
+    user.ok("image", "rm", "rl:1")
+    out = user.ok("image", "prune")
+    assert "removed" in out, out
+    assert os.listdir(os.path.join(store, "layers")) == []
+
+
+def test_image_sandbox_without_subids(single):
+    d, tar = _image_tar("rl:2")
+    try:
+        p = single.run("image", "import", tar, check=0)
+    finally:
+        shutil.rmtree(d)
+    err = p.stderr.decode()
+    # one warning: other owners stored as root's (the uid-1000 folder and file)
+    assert err.count("\n") == 1 and "as root's" in err and "subordinate" in err, err
+    layers = os.path.join(_store(single), "layers")
+    for root, dirs, files in os.walk(layers):
+        for n in dirs + files:
+            assert os.lstat(os.path.join(root, n)).st_uid == single.uid
+    r = single.sh("n", "stat -c %u /home/user/own; test -e /bin/ls; echo ls=$?; "
+                  "touch /root/f; chown 1000 /root/f 2>/dev/null; echo chown=$?", image="rl:2")
+    assert r["stdout"].split("\n")[:3] == ["0", "ls=1", "chown=1"], r
+
+
+@pytest.mark.skipif(not (os.path.exists("/usr/bin/docker-registry") and
+                         os.path.exists("/usr/bin/skopeo")),
+                    reason="no docker-registry or skopeo (make deps)")
+def test_pull_and_run_as_a_user(user, tmp_path):
+    import test_pull
+    reg = test_pull.Registry(tmp_path)
+    try:
+        lay = test_pull.layout(tmp_path, "bb", [mkimage.busybox_layer(),
+                                                test_pull.hello_layer(b"pulled\n")])
+        reg.push(lay, "test/rl:1")
+        ref = reg.host + "/test/rl:1"
+        p = user.run("pull", ref, check=0)
+        assert p.stdout.decode() == ref + "\n", p.stderr
+        r = user.sh("pl", "cat /hello; id -u", image=ref)
+        assert r["stdout"] == "pulled\n0\n", r
+        # what the pull left: the user's, nothing in the work area but the cache's locks
+        tmp = os.path.join(_store(user), "tmp")
+        assert [f for f in os.listdir(tmp) if f != "pull-cache"] == []
+        user.ok("rm", "-t", "pl")
+    finally:
+        reg.stop()
+
+
+def test_commit_as_a_user(user):
+    d, tar = _image_tar("rl:c")
+    try:
+        user.ok("image", "import", tar)
+    finally:
+        shutil.rmtree(d)
+    r = user.sh("cm", "mkdir /opt && echo c > /opt/f && chown 1000:1000 /opt/f; rm /bin/cat; "
+                "rm -r /home/user && mkdir /home/user && echo n > /home/user/n", image="rl:c")
+    assert r["exit_code"] == 0, r
+    # live, commit freezes the sandbox (a freezer cgroup the user may lack here): stopped, it
+    # reads the upper as it is
+    pid = [s["pid"] for s in json.loads(user.ok("ps", "--json"))["sandboxes"]
+           if s["thread"] == "cm"][0]
+    os.kill(pid, 9)
+    out = user.ok("commit", "-t", "cm", "rl:c2")
+    assert out.startswith("rl:c2 sha256:"), out
+    user.ok("rm", "-t", "cm")
+    r = user.sh("cm2", "stat -c %u:%g /opt/f; test -e /bin/cat; echo cat=$?; ls -A /home/user",
+                image="rl:c2")
+    assert r["stdout"].split() == ["1000:1000", "cat=1", "n"], r
+    user.ok("rm", "-t", "cm2")

@@ -250,7 +250,10 @@ int sbx__tree_idmap(int tree, int userns)
  * state folder's home), never /run/sbx. Once every slot is taken the last one is shared by
  * the sandboxes beyond them (root inside is the same user in all of them anyway; their ids
  * only keep the kernel's per-user budgets apart). Without them the user alone is mapped: files of
- * other ids inside show as nobody, and chown to them fails (what `sbx doctor` says). */
+ * other ids inside show as nobody, and chown to them fails (what `sbx doctor` says).
+ * Image sandboxes are the exception: their layers' ids on disk are the store slice's (the first
+ * slot, lib/image/userns.c extracts with it; no idmapped mounts rootless), so they all map it,
+ * unlocked, and host sandboxes skip that slot when the user has others. */
 
 #define SUB_SLOT (SBX_UID_COUNT - 1)
 
@@ -292,17 +295,39 @@ static bool sub_entry(const char *file, const char *name, uint32_t uid, uint32_t
   return sbx__subids_find(text, name, uid, SUB_SLOT, first, count);
 }
 
+static bool sub_ranges(const char *user_name, uint32_t *ufirst, uint32_t *gfirst, uint32_t *slots)
+{
+  uint32_t ucount, gcount;
+  if (!sub_entry("/etc/subuid", user_name, (uint32_t) geteuid(), ufirst, &ucount) ||
+      !sub_entry("/etc/subgid", user_name, (uint32_t) getegid(), gfirst, &gcount) ||
+      !find_tool("newuidmap") || !find_tool("newgidmap"))
+    return false;
+  *slots = (ucount < gcount ? ucount : gcount) / SUB_SLOT;
+  return true;
+}
+
+bool sbx__ids_store_slice(const char *user_name, uint32_t *sub_uid, uint32_t *sub_gid)
+{
+  uint32_t slots;
+  return sub_ranges(user_name, sub_uid, sub_gid, &slots);
+}
+
 int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err)
 {
   s->uid_base = (uint32_t) geteuid();
   s->uid_count = 1;
   s->sub_uid = s->sub_gid = 0;
-  uint32_t ufirst, ucount, gfirst, gcount;
-  if (!sub_entry("/etc/subuid", s->user_name, (uint32_t) geteuid(), &ufirst, &ucount) ||
-      !sub_entry("/etc/subgid", s->user_name, (uint32_t) getegid(), &gfirst, &gcount) ||
-      !find_tool("newuidmap") || !find_tool("newgidmap"))
+  uint32_t ufirst, gfirst, slots;
+  if (!sub_ranges(s->user_name, &ufirst, &gfirst, &slots))
     return SBX_IDS_SINGLE;
-  uint32_t slots = (ucount < gcount ? ucount : gcount) / SUB_SLOT;
+  if (s->layers) {
+    /* an image's layers carry the store slice's ids on disk (no idmapped mounts rootless):
+     * every image sandbox maps that slice, shared, no lock */
+    s->uid_count = SBX_UID_COUNT;
+    s->sub_uid = ufirst;
+    s->sub_gid = gfirst;
+    return SBX_IDS_SHARED;
+  }
   cleanup_free char *parent = rootless_range_dir(s);
   cleanup_free char *dir = xasprintf("%s/id-ranges", parent);
   if ((mkdir(parent, 0700) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST))
@@ -310,7 +335,8 @@ int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err)
   cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return sbx__make_error(err, errno, SBX_E_INTERNAL, "open `%s`", dir);
-  for (uint32_t i = 0; i < slots; i++) {
+  /* the first slot is the image store's (shared by image sandboxes): skipped if there are more */
+  for (uint32_t i = slots > 1; i < slots; i++) {
     char name[32];
     snprintf(name, sizeof name, "sub-%u", ufirst + i * SUB_SLOT);
     int fd = openat(dfd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -376,9 +402,15 @@ static int run_map_tool(const char *tool, pid_t pid, uint32_t own, uint32_t sub,
 
 int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_t *err)
 {
-  if (s->uid_count > 1)
-    return run_map_tool("newuidmap", pid, (uint32_t) geteuid(), s->sub_uid, err) < 0 ||
-                   run_map_tool("newgidmap", pid, (uint32_t) getegid(), s->sub_gid, err) < 0
+  return sbx__ids_map_sub(pid, s->uid_count, s->sub_uid, s->sub_gid, err);
+}
+
+int sbx__ids_map_sub(pid_t pid, uint32_t uid_count, uint32_t sub_uid, uint32_t sub_gid,
+                     sbx_error_t *err)
+{
+  if (uid_count > 1)
+    return run_map_tool("newuidmap", pid, (uint32_t) geteuid(), sub_uid, err) < 0 ||
+                   run_map_tool("newgidmap", pid, (uint32_t) getegid(), sub_gid, err) < 0
                ? -1
                : 0;
   /* the user alone: an unprivileged writer may map only its own ids, and its gid only once

@@ -110,8 +110,20 @@ bool sbx__kernel_ovl_idmap(void)
   return sbx__kernel_has(SBX_KF_MOUNT_SETATTR) && sbx__kernel_at_least(5, 19);
 }
 
-int sbx__kernel_require_ovl_idmap(const char *image, sbx_error_t *err)
+int sbx__kernel_require_ovl(const char *image, bool rootless, sbx_error_t *err)
 {
+  if (rootless) {
+    /* an ordinary user's overlay: mounted in the sandbox's user namespace (5.11), its lower
+     * layers plain bind mounts of the user's store */
+    if (sbx__kernel_at_least(5, 11))
+      return 0;
+    cleanup_free char *rel = sbx__kernel_release();
+    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                           "image `%s` needs overlayfs in a user namespace (Linux 5.11 or newer) "
+                           "as an ordinary user, which this kernel (%s) lacks: use image `host`, "
+                           "run sbx as root, or boot a newer kernel (run `sbx doctor`)",
+                           image, rel);
+  }
   if (sbx__kernel_ovl_idmap())
     return 0;
   cleanup_free char *rel = sbx__kernel_release();

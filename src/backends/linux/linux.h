@@ -60,6 +60,14 @@ int sbx__ids_rootless(struct sbx_launch_spec *s, sbx_error_t *err);
 /* Writes pid's uid and gid maps for s (rootless): directly for the single mapping, through
  * newuidmap/newgidmap for a subordinate range. */
 int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_t *err);
+/* The same for a bare range: uid_count 1 the user alone, else 0 the user and 1..65535 from
+ * sub_uid/sub_gid. */
+int sbx__ids_map_sub(pid_t pid, uint32_t uid_count, uint32_t sub_uid, uint32_t sub_gid,
+                     sbx_error_t *err);
+/* Rootless images (docs/hosts.md): the store slice, the user's first subordinate slot, which
+ * the image store's layers are extracted with and every image sandbox maps (an image sandbox's
+ * sbx__ids_rootless gives it). false: no subordinate ids (the user alone). */
+bool sbx__ids_store_slice(const char *user_name, uint32_t *sub_uid, uint32_t *sub_gid);
 /* In an /etc/subuid-style text, the first entry for name or uid ("name:first:count" or
  * "uid:first:count") with a count of at least min: true and *first, *count. */
 bool sbx__subids_find(const char *text, const char *name, uint32_t uid, uint32_t min,
@@ -279,7 +287,9 @@ char *sbx__kernel_release(void);
 bool sbx__kernel_at_least(int major, int minor);
 /* An image's root: overlayfs over idmapped lower layers (Linux 5.19+), else a clear error. */
 bool sbx__kernel_ovl_idmap(void);
-int sbx__kernel_require_ovl_idmap(const char *image, sbx_error_t *err);
+/* Root's image roots need overlayfs over idmapped layers (5.19), an ordinary user's overlayfs in
+ * a user namespace (5.11): SBX_E_UNSUPPORTED naming the image and the kernel otherwise. */
+int sbx__kernel_require_ovl(const char *image, bool rootless, sbx_error_t *err);
 /* SBX_E_UNSUPPORTED naming the first required feature missing, or 0. */
 int sbx__kernel_check(sbx_error_t *err);
 /* SBX_E_UNSUPPORTED "WHAT needs FEATURE (Linux x.y) ..." if the feature is missing. */

@@ -38,6 +38,7 @@ struct wr {
   sbx_sha256_ctx *sha;
   uint64_t bytes;
   uint32_t base, count;
+  const char *ovl; /* overlayfs' xattr prefix: trusted.overlay., rootless user.overlay. */
   struct link_seen *links;
   size_t n_links;
   char *buf;
@@ -80,10 +81,11 @@ static int entry_xattrs(struct wr *w, const char *procpath, const char *rel, boo
   if (n < 0)
     return errno == ENOTSUP ? 0 : sbx__make_error(err, errno, SBX_E_IO, "xattrs of /%s", rel);
   for (char *k = names; k < names + n; k += strlen(k) + 1) {
-    /* overlay's own (the sandbox cannot set trusted.*); our overlay is not mounted with
-     * userxattr, so user.overlay.* is a sandbox's plain xattr, neither kept nor obeyed */
-    if (sbx__str_has_prefix(k, "trusted.overlay.")) {
-      const char *what = k + strlen("trusted.overlay.");
+    /* overlay's own (the sandbox cannot set trusted.*); root's overlay is not mounted with
+     * userxattr, so user.overlay.* is a sandbox's plain xattr there, neither kept nor obeyed;
+     * rootless (userxattr) it is overlay's */
+    if (sbx__str_has_prefix(k, w->ovl)) {
+      const char *what = k + strlen(w->ovl);
       if (strcmp(what, "redirect") == 0 || strcmp(what, "metacopy") == 0)
         return sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
                                "/%s: overlayfs %s (a renamed lower directory or a metadata-only "
@@ -292,15 +294,16 @@ void sbx__commit_end(struct sbx_commit_work *cw)
   memset(cw, 0, sizeof *cw);
 }
 
-int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
-                      uint32_t uid_count, const struct sbx_layer_limits *lim, sbx_error_t *err)
+static int commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
+                        uint32_t uid_count, const char *ovl, const struct sbx_layer_limits *lim,
+                        sbx_error_t *err)
 {
   cleanup_close int root = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0)
     return sbx__make_error(err, errno, errno == ENOENT ? SBX_E_NOT_FOUND : SBX_E_IO,
                            "open the sandbox's upper `%s`", upper);
   cleanup_free char *tmp = xasprintf("%s/layer.tar", cw->dir);
-  struct wr w = {.A = sbx__archive_api(), .base = uid_base, .count = uid_count};
+  struct wr w = {.A = sbx__archive_api(), .base = uid_base, .count = uid_count, .ovl = ovl};
   w.lim.max_bytes = lim && lim->max_bytes ? lim->max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   w.lim.max_entries = lim && lim->max_entries ? lim->max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   w.out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -339,6 +342,46 @@ int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t ui
   memcpy(cw->layer_hex, hex, sizeof hex);
   cw->lim = w.lim;
   cw->layer_size = w.bytes;
+  return 0;
+}
+
+struct commit_args {
+  struct sbx_commit_work *cw;
+  const char *upper;
+  const struct sbx_layer_limits *lim;
+};
+
+/* In the store's namespace the upper's ids are the sandbox's own, 0-based (base 0). */
+static int commit_child(void *arg, sbx_buf_t *out, sbx_error_t *err)
+{
+  struct commit_args *a = arg;
+  if (commit_layer(a->cw, a->upper, 0, 0, "user.overlay.", a->lim, err) < 0)
+    return -1;
+  sbx__buf_printf(out, "%s %llu", a->cw->layer_hex, (unsigned long long) a->cw->layer_size);
+  return 0;
+}
+
+int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t uid_base,
+                      uint32_t uid_count, const struct sbx_layer_limits *lim, sbx_error_t *err)
+{
+  if (geteuid() == 0)
+    return commit_layer(cw, upper, uid_base, uid_count, "trusted.overlay.", lim, err);
+  /* rootless: an image sandbox's upper has files of the store slice's ids (userns.c) */
+  struct commit_args a = {cw, upper, lim};
+  sbx_buf_t out = {0};
+  char hex[SBX_DIGEST_HEX + 1];
+  unsigned long long size = 0;
+  int r = sbx__store_run(commit_child, &a, &out, err);
+  if (r == 0 && (out.data == NULL || sscanf(out.data, "%64s %llu", hex, &size) != 2 ||
+                 strlen(hex) != SBX_DIGEST_HEX))
+    r = sbx__make_error(err, 0, SBX_E_INTERNAL, "the layer's writer said nothing");
+  sbx__buf_free(&out);
+  if (r < 0)
+    return -1;
+  memcpy(cw->layer_hex, hex, sizeof hex);
+  cw->layer_size = size;
+  cw->lim.max_bytes = lim && lim->max_bytes ? lim->max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
+  cw->lim.max_entries = lim && lim->max_entries ? lim->max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   return 0;
 }
 

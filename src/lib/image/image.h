@@ -113,8 +113,15 @@ struct sbx_layer_limits {
  * names, device nodes (other than whiteouts), links out of the layer, overlay xattrs and
  * anything over the limits are refused (the entry is named). `.wh.` files become overlay
  * whiteouts. diff_id receives the sha256 of the uncompressed tar. */
+struct sbx_layer_tally {
+  bool rootless;     /* in an ordinary user's store namespace (userns.c): what it cannot make */
+  uint64_t squashed; /* entries whose owner the namespace does not map: made root's */
+  uint64_t devices;  /* device nodes skipped */
+};
+/* tally: NULL (or !rootless) for root's store. */
 int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
-                       char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err);
+                       struct sbx_layer_tally *tally, char diff_id[SBX_DIGEST_HEX + 1],
+                       sbx_error_t *err);
 
 /* ---- store.c ---- */
 struct sbx_image_info {
@@ -154,6 +161,12 @@ int sbx__image_index_put(const char *home, const char *const *names, size_t n_na
                          struct json_t *entry, sbx_error_t *err);
 /* The file in a sandbox's state folder listing the layers it has mounted (prune keeps them). */
 #define SBX_IMAGE_LAYERS_FILE "image-layers"
+
+/* ---- userns.c: where an ordinary user's store is written ---- */
+/* Runs fn (which appends what it returns to out) as root of the store's user namespace, in a
+ * forked child, when the caller is not root (else here). fn must not log: the caller does. */
+typedef int (*sbx_store_fn)(void *arg, sbx_buf_t *out, sbx_error_t *err);
+int sbx__store_run(sbx_store_fn fn, void *arg, sbx_buf_t *out, sbx_error_t *err);
 
 /* ---- import.c ---- */
 struct sbx_image_import_opts {

@@ -8,6 +8,7 @@
  * A transport (registries, part 2) only has to produce a layout directory. */
 #include "image.h"
 #include "dl.h"
+#include "../log.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -29,6 +30,7 @@ struct imp {
   int workfd;    /* tmp/import-XXXXXX: blobs/, layers/ */
   bool src_ours; /* the source is in the work folder: link its files instead of copying */
   sbx_strv_t *names;
+  struct sbx_layer_tally tally; /* rootless: what the layers had that the store could not keep */
 };
 
 static bool rel_ok(const char *p)
@@ -182,7 +184,7 @@ static int stage_layer(struct imp *im, const char *blob_hex, const char *diff_id
     return sbx__make_error(err, errno, SBX_E_IO, "stage layer %s", diff_id);
   char got[SBX_DIGEST_HEX + 1];
   sbx_error_t e = NULL;
-  if (sbx__layer_extract(fd, root, &im->lim, got, &e) < 0) {
+  if (sbx__layer_extract(fd, root, &im->lim, &im->tally, got, &e) < 0) {
     sbx__make_error(err, e->status, e->kind, "layer sha256:%s: %s", blob_hex, e->msg);
     sbx_error_release(&e);
     return -1;
@@ -581,8 +583,12 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
   return r;
 }
 
-static int mkdirs(const char *store, sbx_error_t *err)
+static int mkdirs(const char *store, bool rootless, sbx_error_t *err)
 {
+  /* an ordinary user's store holds files of its subordinate ids (setuid ones too): no one else
+   * may reach them */
+  if (rootless && ((mkdir(store, 0700) < 0 && errno != EEXIST) || chmod(store, 0700) < 0))
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", store);
   static const char *const subs[] = {"blobs/sha256", "layers", "tmp"};
   for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
     cleanup_free char *d = xasprintf("%s/%s", store, subs[i]);
@@ -635,17 +641,16 @@ static int import_in(struct imp *im, const char *wpath, const char *path, sbx_er
   return r;
 }
 
-int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
-                      sbx_strv_t *names, sbx_error_t *err)
+static int import_run(const char *home, const char *path, const struct sbx_image_import_opts *o,
+                      sbx_strv_t *names, struct sbx_layer_tally *tally, sbx_error_t *err)
 {
-  if (sbx__image_dl(err) < 0)
-    return -1;
   struct imp im = {.home = home, .o = o, .srcfd = -1, .workfd = -1, .names = names};
+  im.tally.rootless = tally->rootless; /* in the store's namespace we are its root */
   im.lim.max_bytes = o && o->limits.max_bytes ? o->limits.max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   im.lim.max_entries =
       o && o->limits.max_entries ? o->limits.max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   im.store = sbx__image_dir(home);
-  if (mkdirs(im.store, err) < 0) {
+  if (mkdirs(im.store, im.tally.rootless, err) < 0) {
     free(im.store);
     return -1;
   }
@@ -668,5 +673,62 @@ int sbx__image_import(const char *home, const char *path, const struct sbx_image
   if (tfd >= 0)
     sbx__rm_rf_at(tfd, work);
   free(im.store);
+  *tally = im.tally;
   return r;
+}
+
+struct import_args {
+  const char *home, *path;
+  const struct sbx_image_import_opts *o;
+  bool rootless;
+};
+
+/* In the store's namespace: "squashed devices\n" and the names, one a line. */
+static int import_child(void *arg, sbx_buf_t *out, sbx_error_t *err)
+{
+  const struct import_args *a = arg;
+  sbx_strv_t names = {0};
+  struct sbx_layer_tally t = {.rootless = a->rootless};
+  int r = import_run(a->home, a->path, a->o, &names, &t, err);
+  sbx__buf_printf(out, "%llu %llu\n", (unsigned long long) t.squashed,
+                  (unsigned long long) t.devices);
+  for (size_t i = 0; i < names.n; i++)
+    sbx__buf_printf(out, "%s\n", names.v[i]);
+  sbx__strv_free(&names);
+  return r;
+}
+
+int sbx__image_import(const char *home, const char *path, const struct sbx_image_import_opts *o,
+                      sbx_strv_t *names, sbx_error_t *err)
+{
+  /* loaded before the store's child is forked (no dlopen in a fork of a threaded caller) */
+  if (sbx__image_dl(err) < 0)
+    return -1;
+  struct import_args a = {home, path, o, geteuid() != 0};
+  sbx_buf_t out = {0};
+  if (sbx__store_run(import_child, &a, &out, err) < 0) {
+    sbx__buf_free(&out);
+    return -1;
+  }
+  unsigned long long squashed = 0, devices = 0;
+  char *save = NULL;
+  char *line = strtok_r(out.data ? out.data : (char *) "", "\n", &save);
+  if (line)
+    (void) !sscanf(line, "%llu %llu", &squashed, &devices);
+  while ((line = strtok_r(NULL, "\n", &save)))
+    sbx__strv_push(names, line);
+  sbx__buf_free(&out);
+  const char *what = names->n ? names->v[names->n - 1] : path;
+  if (squashed)
+    sbx__log(SBX_LOG_WARNING,
+             "image `%s`: stored %llu layer entr%s as root's, their owners being ids this user "
+             "cannot map (no subordinate ids in /etc/subuid and /etc/subgid, or no newuidmap): "
+             "a chown inside to other ids fails (run `sbx doctor`)",
+             what, squashed, squashed == 1 ? "y" : "ies");
+  if (devices)
+    sbx__log(SBX_LOG_WARNING,
+             "image `%s`: %llu device node%s of its layers skipped (an ordinary user cannot make "
+             "them)",
+             what, devices, devices == 1 ? "" : "s");
+  return 0;
 }

@@ -6,6 +6,12 @@
  * `.wh.NAME` a 0/0 character device NAME, `.wh..wh..opq` the opaque xattr on its directory.
  * Owners, modes (setuid included), xattrs (not trusted.*: overlayfs' own) and times are kept.
  *
+ * Rootless (tally->rootless: an ordinary user's store, written in its user namespace, userns.c)
+ * the same calls run as that namespace's root, so the kernel's checks are the user's: device
+ * nodes cannot be made and are skipped (counted), an owner the namespace does not map becomes
+ * root's (counted), and the opaque mark is overlayfs' userxattr one, user.overlay.opaque (so
+ * an image's own user.overlay.* xattrs are refused: they would forge it).
+ *
  * The tar stream is hashed while it is read (the diff_id): a raw libarchive reader undoes the
  * compression and a tar reader reads through it. */
 #include "image.h"
@@ -139,8 +145,27 @@ static int clear(int pfd, const char *base, bool keep_dir, const char *name, sbx
   return 0;
 }
 
+/* chown, or rootless with an owner the store's namespace does not map (EINVAL), root's */
+static int own(int dirfd, const char *path, int flags, uid_t uid, gid_t gid,
+               struct sbx_layer_tally *t)
+{
+  if (fchownat(dirfd, path, uid, gid, flags) == 0)
+    return 0;
+  if (errno != EINVAL || t == NULL || !t->rootless)
+    return -1;
+  t->squashed++;
+  return fchownat(dirfd, path, 0, 0, flags);
+}
+
+static int own_entry(const struct sbx_archive_api *ar, struct archive_entry *e, int dirfd,
+                     const char *path, int flags, struct sbx_layer_tally *t)
+{
+  return own(dirfd, path, flags, (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e),
+             t);
+}
+
 static int set_xattrs(const struct sbx_archive_api *ar, struct archive_entry *e, int fd,
-                      const char *name, sbx_error_t *err)
+                      const char *name, const struct sbx_layer_tally *t, sbx_error_t *err)
 {
   const char *key;
   const void *val;
@@ -148,7 +173,8 @@ static int set_xattrs(const struct sbx_archive_api *ar, struct archive_entry *e,
   ar->archive_entry_xattr_reset(e);
   while (ar->archive_entry_xattr_next(e, &key, &val, &size) == ARCHIVE_OK) {
     /* overlayfs reads trusted.overlay.* (redirects, metacopy): an image must not forge them */
-    if (strncmp(key, "trusted.", 8) == 0)
+    if (strncmp(key, "trusted.", 8) == 0 ||
+        (t && t->rootless && strncmp(key, "user.overlay.", 13) == 0))
       return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: xattr `%s` refused", name,
                              key);
     if (strncmp(key, "user.", 5) != 0 && strcmp(key, "security.capability") != 0)
@@ -160,13 +186,13 @@ static int set_xattrs(const struct sbx_archive_api *ar, struct archive_entry *e,
 }
 
 static int set_meta(const struct sbx_archive_api *ar, struct archive_entry *e, int fd,
-                    const char *name, sbx_error_t *err)
+                    const char *name, struct sbx_layer_tally *t, sbx_error_t *err)
 {
   /* chown first: it clears setuid and setgid, which the chmod puts back */
-  if (fchown(fd, (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e)) < 0 ||
+  if (own_entry(ar, e, fd, "", AT_EMPTY_PATH, t) < 0 ||
       fchmod(fd, ar->archive_entry_perm(e) & 07777) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: owner and mode", name);
-  if (set_xattrs(ar, e, fd, name, err) < 0)
+  if (set_xattrs(ar, e, fd, name, t, err) < 0)
     return -1;
   struct timespec ts[2] = {
       {.tv_sec = ar->archive_entry_mtime(e), .tv_nsec = ar->archive_entry_mtime_nsec(e)},
@@ -201,7 +227,7 @@ static int write_data(struct archive *a, const struct sbx_archive_api *ar, int f
 
 static int entry(struct archive *a, const struct sbx_archive_api *ar, struct archive_entry *e,
                  int rootfd, char *buf, uint64_t *total, const struct sbx_layer_limits *lim,
-                 sbx_error_t *err)
+                 struct sbx_layer_tally *t, sbx_error_t *err)
 {
   const char *name = ar->archive_entry_pathname(e);
   if (name == NULL)
@@ -223,15 +249,17 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
                              "layer entry `%s`: the root must be a "
                              "directory",
                              name);
-    return set_meta(ar, e, rootfd, name, err);
+    return set_meta(ar, e, rootfd, name, t, err);
   }
   cleanup_close int pfd = open_parent(rootfd, parent, name, err);
   if (pfd < 0)
     return -1;
   if (strcmp(base, ".wh..wh..opq") == 0) {
-    if (fsetxattr(pfd, "trusted.overlay.opaque", "y", 1, 0) < 0)
+    bool user = t && t->rootless;
+    if (fsetxattr(pfd, user ? "user.overlay.opaque" : "trusted.overlay.opaque", "y", 1, 0) < 0)
       return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
-                             "layer entry `%s`: mark the directory opaque (trusted xattrs)", name);
+                             "layer entry `%s`: mark the directory opaque (%s xattrs)", name,
+                             user ? "user" : "trusted");
     return 0;
   }
   if (strncmp(base, ".wh..wh.", 8) == 0)
@@ -280,7 +308,7 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: create", name);
     if (write_data(a, ar, fd, name, buf, total, lim->max_bytes, err) < 0)
       return -1;
-    return set_meta(ar, e, fd, name, err);
+    return set_meta(ar, e, fd, name, t, err);
   }
   case AE_IFDIR: {
     if (!kept && mkdirat(pfd, base, 0700) < 0)
@@ -288,7 +316,7 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
     cleanup_close int fd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: open", name);
-    return set_meta(ar, e, fd, name, err);
+    return set_meta(ar, e, fd, name, t, err);
   }
   case AE_IFLNK: {
     const char *target = ar->archive_entry_symlink(e);
@@ -296,9 +324,7 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
       return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: symlink without a target",
                              name);
     /* the target is never followed here; inside the sandbox it resolves in its own root */
-    if (symlinkat(target, pfd, base) < 0 ||
-        fchownat(pfd, base, (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e),
-                 AT_SYMLINK_NOFOLLOW) < 0)
+    if (symlinkat(target, pfd, base) < 0 || own_entry(ar, e, pfd, base, AT_SYMLINK_NOFOLLOW, t) < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: symlink", name);
     struct timespec ts[2] = {{.tv_sec = ar->archive_entry_mtime(e)},
                              {.tv_sec = ar->archive_entry_mtime(e)}};
@@ -309,15 +335,17 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
     if (mknodat(pfd, base, S_IFIFO | 0600, 0) < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
     cleanup_close int fd = openat(pfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 ||
-        fchownat(fd, "", (uid_t) ar->archive_entry_uid(e), (gid_t) ar->archive_entry_gid(e),
-                 AT_EMPTY_PATH) < 0 ||
+    if (fd < 0 || own_entry(ar, e, fd, "", AT_EMPTY_PATH, t) < 0 ||
         fchmodat(pfd, base, ar->archive_entry_perm(e) & 0777, 0) < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: fifo", name);
     return 0;
   }
   case AE_IFCHR:
   case AE_IFBLK:
+    if (t && t->rootless) {
+      t->devices++; /* an ordinary user cannot make one (podman skips them too) */
+      return 0;
+    }
     return sbx__make_error(err, 0, SBX_E_INVALID,
                            "layer entry `%s`: device nodes are refused (only whiteouts are kept)",
                            name);
@@ -328,7 +356,8 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
 }
 
 int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
-                       char diff_id[SBX_DIGEST_HEX + 1], sbx_error_t *err)
+                       struct sbx_layer_tally *tally, char diff_id[SBX_DIGEST_HEX + 1],
+                       sbx_error_t *err)
 {
   if (sbx__image_dl(err) < 0)
     return -1;
@@ -369,7 +398,7 @@ int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
                       (unsigned long long) lim->max_entries);
       goto out;
     }
-    if (entry(tar, ar, e, rootfd, data, &total, lim, err) < 0)
+    if (entry(tar, ar, e, rootfd, data, &total, lim, tally, err) < 0)
       goto out;
   }
   /* the rest of the stream (end-of-archive blocks, padding) belongs to the diff_id too */

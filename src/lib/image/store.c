@@ -326,7 +326,7 @@ static void sweep(const char *dir, json_t *keep, uint64_t *freed, int *removed)
   sbx__strv_free(&gone);
 }
 
-int sbx__image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
+static int prune_run(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
 {
   *freed = 0;
   *removed = 0;
@@ -361,4 +361,38 @@ int sbx__image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_
   json_decref(layers);
   json_decref(j);
   return 0;
+}
+
+struct prune_args {
+  const char *home;
+  uint64_t freed;
+  int removed;
+};
+
+static int prune_child(void *arg, sbx_buf_t *out, sbx_error_t *err)
+{
+  struct prune_args *a = arg;
+  int r = prune_run(a->home, &a->freed, &a->removed, err);
+  sbx__buf_printf(out, "%llu %d", (unsigned long long) a->freed, a->removed);
+  return r;
+}
+
+int sbx__image_prune(const char *home, uint64_t *freed, int *removed, sbx_error_t *err)
+{
+  /* rootless: the layers hold files of the store's subordinate ids, which only its namespace's
+   * root can remove */
+  struct prune_args a = {.home = home};
+  sbx_buf_t out = {0};
+  int r = sbx__store_run(prune_child, &a, &out, err);
+  unsigned long long f = 0;
+  int n = 0;
+  if (r == 0 && out.data && sscanf(out.data, "%llu %d", &f, &n) == 2) {
+    *freed = f;
+    *removed = n;
+  } else {
+    *freed = 0;
+    *removed = 0;
+  }
+  sbx__buf_free(&out);
+  return r;
 }

@@ -153,7 +153,7 @@ static int image_layers(struct sbx_instance *in, struct sbx_launch_spec *s, sbx_
   /* a reference not in the store yet is pulled first (docs/images.md, "Pull") */
   struct sbx_pull_opts po = {0};
   sbx__pull_opts_from_config(in->cfg, &po);
-  if (sbx__kernel_require_ovl_idmap(s->image, err) < 0 ||
+  if (sbx__kernel_require_ovl(s->image, geteuid() != 0, err) < 0 ||
       sbx__image_ensure(home, s->image, &po, err) < 0 ||
       sbx__image_resolve(home, s->image, &r, err) < 0)
     return -1;
@@ -197,12 +197,9 @@ static int linux_precheck(const struct sbx_instance *in, sbx_error_t *err)
   if (geteuid() == 0)
     return 0;
   const struct sbx_config *c = in->cfg;
-  const char *image = in->meta.image ? in->meta.image : c->image ? c->image : "host";
   const char *what = c->user_data_size_mib ? "sandbox.user_data_size_mib (a loop-mounted quota)"
                      : c->disk_mib         ? "sandbox.disk_mib (a loop-mounted disk)"
-                     : strcmp(image, "host") != 0
-                         ? "an image root (its layers are owned by ids an ordinary user cannot map)"
-                         : NULL;
+                                           : NULL;
   if (what == NULL)
     return 0;
   return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,

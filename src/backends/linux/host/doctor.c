@@ -221,8 +221,7 @@ static void check_rootless(struct report *r, const char *home)
       getpwuid_r(uid, &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw ? pw->pw_name : NULL;
   line(r, OK, "user", NULL,
        "uid %u (%s): rootless mode, root inside a sandbox is you; refused as needing root: "
-       "user_data_size_mib, disk_mib, image roots, spares, per-sandbox host ids without "
-       "/etc/subuid",
+       "user_data_size_mib, disk_mib, spares, per-sandbox host ids without /etc/subuid",
        (unsigned) uid, name ? name : "no passwd entry");
   cleanup_free char *max = read_trim("/proc/sys/user/max_user_namespaces");
   long n = max ? strtol(max, NULL, 10) : -1;
@@ -255,10 +254,13 @@ static void check_rootless(struct report *r, const char *home)
   bool subgid = subids_of("/etc/subgid", name, getegid(), &gf, &gc);
   if (tools && subuid && subgid) {
     uint32_t slots = (uc < gc ? uc : gc) / (SBX_UID_COUNT - 1);
+    /* the first slot is the image store's when there are more (ids.c) */
+    uint32_t own = slots > 1 ? slots - 1 : slots;
     line(r, OK, "subids", NULL,
          "newuidmap and /etc/subuid %u:%u: ids 1-65535 inside map to a range of their own for "
-         "%u sandbox%s at once (more share the last range)",
-         uf, uc, slots, slots == 1 ? "" : "es");
+         "%u sandbox%s at once (more share the last range; image sandboxes all share the "
+         "first, %u..)",
+         uf, uc, own, own == 1 ? "" : "es", uf);
   } else {
     line(r, WARN, "subids",
          !tools ? "apt-get install uidmap (newuidmap, newgidmap)"
@@ -304,6 +306,19 @@ static void check_privilege(struct report *r, const char *home)
   if (seccomp > 0)
     line(r, INFO, "", NULL, "this process already runs under a seccomp filter (mode %d)", seccomp);
   check_idmap(r);
+  if (geteuid() != 0) {
+    /* rootless images: overlayfs in the sandbox's user namespace, no idmapped layers */
+    bool userns_ovl = sbx__kernel_at_least(5, 11);
+    line(r, userns_ovl ? OK : WARN, "overlayfs", "Linux 5.11 or newer (or use image `host`)",
+         "overlayfs in a user namespace %s",
+         userns_ovl ? "available (Linux 5.11): sandboxes from OCI images work, from a store of "
+                      "your own (its layers extracted with the subids line's first range, which "
+                      "every image sandbox of yours shares; without subids other owners become "
+                      "root's)"
+                    : "unavailable (Linux 5.11): a sandbox from an OCI image is refused; `host` "
+                      "works");
+    return;
+  }
   bool ovl = sbx__kernel_ovl_idmap();
   line(r, ovl ? OK : WARN, "overlayfs", "Linux 5.19 or newer (or use image `host`)",
        "overlayfs with idmapped lower layers %s",

@@ -209,6 +209,7 @@ static int launch(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgroup *
      * /etc/subuid gives the user one; no idmapped mounts (the files are the user's anyway) */
     s->rootless = true;
     s->owners = NULL;
+    s->layers_fd = -1; /* an image's layers carry the store slice's ids already (ids.c) */
     cleanup_close int sub_fd = sbx__ids_rootless(s, err);
     if (sub_fd < 0 && sub_fd != SBX_IDS_SINGLE && sub_fd != SBX_IDS_SHARED)
       return -1;

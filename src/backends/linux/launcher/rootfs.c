@@ -651,16 +651,22 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
       sbx__buf_free(&opts);
       return sbx__make_error(err, errno, SBX_E_INTERNAL, "create `%s`", at);
     }
-    /* the layer seen through the range's ids, read-only, attached by fd */
+    /* the layer seen through the range's ids, read-only, attached by fd; rootless the
+     * layer as it is (its ids on disk are the store slice's, which this namespace maps) */
     cleanup_close int tree = sbx__open_tree_nofollow(l, false);
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
-                              .userns_fd = (uint64_t) userns};
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
+    if (!s->rootless) {
+      attr.attr_set |= MOUNT_ATTR_IDMAP;
+      attr.userns_fd = (uint64_t) userns;
+    }
     if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||
         syscall(SYS_move_mount, tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
       sbx__buf_free(&opts);
       return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
-                             "idmapped mount of layer `%s` (needs Linux 5.12+ and a file system "
-                             "that supports idmapped mounts)",
+                             s->rootless ? "mount layer `%s` (as an ordinary user: the image "
+                                           "store must be yours)"
+                                         : "idmapped mount of layer `%s` (needs Linux 5.12+ and "
+                                           "a file system that supports idmapped mounts)",
                              l);
     }
     sbx__buf_printf(&opts, "%sl/%d", i ? ":" : "", i);
@@ -672,6 +678,10 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
    * host's paths ($SBX_HOME, the sandbox's id) are none of the sandbox's business */
   sbx__buf_printf(&opts, ",upperdir=%s/upper,workdir=%s/work,volatile", capped ? SBX_DISK_DIR : ".",
                   capped ? SBX_DISK_DIR : ".");
+  /* rootless: overlayfs' own xattrs as user.overlay.* (trusted.* needs host root), which is
+   * what the store marked opaque directories with (layer.c) */
+  if (s->rootless)
+    sbx__buf_puts(&opts, ",userxattr");
   int r = chdir(s->state_dir);
   if (r == 0)
     r = mount("overlay", root, "overlay", MS_NODEV, opts.data);
@@ -679,9 +689,13 @@ static int image_setup(struct sbx_launch_spec *s, int *trees, sbx_error_t *err)
   sbx__buf_free(&opts);
   if (r < 0)
     return sbx__make_error(err, saved, SBX_E_UNSUPPORTED,
-                           "mount the image's overlay on `%s` (overlayfs with idmapped lower "
-                           "layers needs Linux 5.19+; the state folder's file system must support "
-                           "an overlay upper)",
+                           s->rootless
+                               ? "mount the image's overlay on `%s` (an ordinary user's overlayfs "
+                                 "needs Linux 5.11+ and a state folder whose file system has user "
+                                 "xattrs)"
+                               : "mount the image's overlay on `%s` (overlayfs with idmapped "
+                                 "lower layers needs Linux 5.19+; the state folder's file system "
+                                 "must support an overlay upper)",
                            root);
   cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
