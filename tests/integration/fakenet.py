@@ -5,7 +5,8 @@ not touched.
     "inet"  the internet: a DNS server (fakedns.py) at 203.0.113.53 and one HTTP server on
             0.0.0.0:8080 answering every address on its loopback: 203.0.113.10 (pypi.test),
             .20 (*.cdn.test), .30 (denied.test), .40 (no name), 10.77.0.1 (a private address;
-            also what rebind.test answers).
+            also what rebind.test answers); tcpsrv.py's servers on 203.0.113.10:9000-9002
+            (hash what is sent, send a blob, hold a connection open).
     "host"  where sbx runs (its pasta's host side): 198.51.100.2/24 on a veth to inet
             (198.51.100.1, the default gateway), plus 192.0.2.77 on its loopback with an HTTP
             server of its own (a host address: always denied), and one on 127.0.0.1:18080.
@@ -88,6 +89,9 @@ class FakeNet:
                           "203.0.113.53", "53", *["%s=%s" % kv for kv in NAMES.items()])
         assert dns.stdout.readline().strip() == b"ready"
         self._spawn(self.inet, sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8080")
+        tcp = self._spawn(self.inet, sys.executable, os.path.join(HERE, "tcpsrv.py"),
+                          "203.0.113.10")
+        assert tcp.stdout.readline().strip() == b"ready"
         self._spawn(self.host, sys.executable, "-m", "http.server", "--bind", HOST_ADDR, "8080")
         self._spawn(self.host, sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
                     "18080")
