@@ -101,6 +101,8 @@ static int apply(struct enforcer *e, sbx_error_t *err)
   return r;
 }
 
+static bool tcp_still_allowed(void *data, const struct sbx_net_addr *a, char *why, size_t len);
+
 /* net/policy.json (again); a missing one is default deny (a spare's, until it is taken) */
 static int load_policy(struct enforcer *e, sbx_error_t *err)
 {
@@ -127,6 +129,8 @@ static int load_policy(struct enforcer *e, sbx_error_t *err)
     return -1;
   }
   sbx__net_policy_free(old);
+  if (e->tcp)
+    sbx__tcpproxy_recheck(e->tcp, tcp_still_allowed);
   /* the enforcer's acknowledgement: this generation is in force (host/net.c waits for it) */
   char text[32];
   int n = snprintf(text, sizeof text, "%u\n", e->gen);
@@ -214,6 +218,26 @@ static bool hook_tcp_allow(void *data, const struct sbx_net_addr *a, char *why, 
   sbx__net_policy_decide_addr(e->policy, a, e->host, e->n_host, &via, &d);
   snprintf(why, len, "%s", d.why);
   return d.action == SBX_NET_ALLOW;
+}
+
+/* the whole decision, as the table takes it: the rules, the always-denied set, the pins, the
+ * default (for open connections after a policy change) */
+static bool tcp_still_allowed(void *data, const struct sbx_net_addr *a, char *why, size_t len)
+{
+  struct enforcer *e = data;
+  struct sbx_net_decision d;
+  sbx__net_policy_decide_addr(e->policy, a, e->host, e->n_host, NULL, &d);
+  snprintf(why, len, "%s", d.why);
+  if (d.action == SBX_NET_ALLOW)
+    return true;
+  if (d.rule != NULL || strcmp(d.why, "default") != 0)
+    return false;
+  uint64_t now = sbx__now_ms();
+  for (size_t i = 0; i < e->n_pins; i++)
+    if (e->pins[i].addr.family == a->family && memcmp(e->pins[i].addr.a, a->a, 16) == 0 &&
+        e->pins[i].until_ms > now + 1000)
+      return true;
+  return false;
 }
 
 static void hook_tcp_denied(void *data, const char *target, const char *why)

@@ -61,6 +61,8 @@ struct conn {
   struct ref ref[2];
   bool connecting, dead;
   uint64_t deadline_ms;
+  struct sbx_net_addr dst; /* the original destination */
+  uint16_t port;
 };
 
 struct sbx_tcpproxy {
@@ -316,6 +318,8 @@ static void take(struct sbx_tcpproxy *t, int fd, int family)
   struct conn *c = xzalloc(sizeof *c);
   c->fd[0] = fd;
   c->fd[1] = up;
+  c->dst = a;
+  c->port = port;
   int p0[2] = {-1, -1}, p1[2] = {-1, -1};
   if (pipe2(p0, O_NONBLOCK | O_CLOEXEC) < 0 || pipe2(p1, O_NONBLOCK | O_CLOEXEC) < 0) {
     for (int i = 0; i < 2; i++) {
@@ -391,6 +395,25 @@ void sbx__tcpproxy_run(struct sbx_tcpproxy *t)
       connected(t, c);
     else
       relay(t, c);
+  }
+  while (t->dead) {
+    struct conn *c = t->dead;
+    t->dead = c->next;
+    free(c);
+  }
+}
+
+void sbx__tcpproxy_recheck(struct sbx_tcpproxy *t,
+                           bool (*still)(void *data, const struct sbx_net_addr *a, char *why,
+                                         size_t len))
+{
+  for (struct conn *c = t->conns, *next; c; c = next) {
+    next = c->next;
+    char why[96] = "";
+    if (still(t->hooks.data, &c->dst, why, sizeof why))
+      continue;
+    conn_end(t, c, true);
+    refuse(t, -1, &c->dst, c->port, why);
   }
   while (t->dead) {
     struct conn *c = t->dead;

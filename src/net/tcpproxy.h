@@ -41,6 +41,12 @@ uint16_t sbx__tcpproxy_port(const struct sbx_tcpproxy *t);
 int sbx__tcpproxy_fd(const struct sbx_tcpproxy *t);
 /* Does what is ready (accepts, connects, relays), bounded, without blocking. */
 void sbx__tcpproxy_run(struct sbx_tcpproxy *t);
+/* After a policy change: the open connections whose destination still(data = the hooks' data)
+ * now denies are reset both ways and reported to the denied hook. The filter alone would only
+ * stall them (it drops what the sandbox sends, not what the relay sends it). */
+void sbx__tcpproxy_recheck(struct sbx_tcpproxy *t,
+                           bool (*still)(void *data, const struct sbx_net_addr *a, char *why,
+                                         size_t len));
 /* Gives up upstream connects older than SBX_TCPPROXY_CONNECT_MS (cheap; call it often). */
 void sbx__tcpproxy_expire(struct sbx_tcpproxy *t, uint64_t now_ms);
 /* Open relayed connections (for tests and logs). */
