@@ -519,7 +519,7 @@ struct sbx_tcpproxy *sbx__tcpproxy_new(int host_ns, int sandbox_ns, size_t max_c
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-  t->max = max_conns ? max_conns : SBX_TCPPROXY_MAX_CONNS;
+  t->max = max_conns && max_conns < SBX_TCPPROXY_MAX_CONNS ? max_conns : SBX_TCPPROXY_MAX_CONNS;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     size_t room = rl.rlim_cur > 64 ? (size_t) (rl.rlim_cur - 64) / FDS_PER_CONN : 0;
     if (room < t->max)

@@ -29,8 +29,8 @@ struct sbx_tcpproxy_hooks {
 struct sbx_tcpproxy;
 
 /* Listeners in the calling thread's network namespace, which must be sandbox_ns; upstream
- * sockets are made in host_ns (both fds are kept, not owned). max_conns 0 means the default;
- * it is lowered to what RLIMIT_NOFILE allows. */
+ * sockets are made in host_ns (both fds are kept, not owned). max_conns lowers the default cap
+ * (0: the default); the cap is lowered further to what RLIMIT_NOFILE allows. */
 struct sbx_tcpproxy *sbx__tcpproxy_new(int host_ns, int sandbox_ns, size_t max_conns,
                                        struct sbx_tcpproxy_hooks hooks, sbx_error_t *err);
 void sbx__tcpproxy_free(struct sbx_tcpproxy *t);
