@@ -11,7 +11,8 @@
  * namespace (the host's user namespace owns it: nothing inside can change what it sets there),
  * keeps the nftables table (nft.c) in step with net/policy.json (inotify), answers DNS on
  * 127.0.0.53 (resolver.c) with an upstream socket opened before it left the host's namespace,
- * reads the denied packets (nflog.c), logs them and counts them (store.h's files). It exits
+ * reads the denied packets (nflog.c), logs them and counts them (store.h's files), and relays the
+ * TCP connections the table redirects to it over host sockets (tcpproxy.c). It exits
  * when the sandbox's init does. Its stdout says "ok" or "error: ..." once it is ready. */
 #include "error.h"
 #include "nflog.h"
@@ -19,6 +20,7 @@
 #include "resolver.h"
 #include "resolver_tcp.h"
 #include "store.h"
+#include "tcpproxy.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -48,6 +50,7 @@ struct enforcer {
   size_t n_pins, cap_pins;
   struct sbx_net_counters counters;
   bool counters_dirty;
+  struct sbx_tcpproxy *tcp;
 };
 
 static void sandbox_id(struct enforcer *e, char *out, size_t len)
@@ -90,13 +93,16 @@ static int apply(struct enforcer *e, sbx_error_t *err)
   uint64_t now = sbx__now_ms();
   prune_pins(e, now);
   sbx_buf_t b = {0};
-  sbx__nft_ruleset(&b, e->policy, e->host, e->n_host, e->gen + 1, e->pins, e->n_pins, now);
+  sbx__nft_ruleset(&b, e->policy, e->host, e->n_host, e->gen + 1, e->pins, e->n_pins, now,
+                   e->tcp ? sbx__tcpproxy_port(e->tcp) : 0);
   int r = sbx__nft_run(e->nft, b.data, err);
   sbx__buf_free(&b);
   if (r == 0)
     e->gen++;
   return r;
 }
+
+static bool tcp_still_allowed(void *data, const struct sbx_net_addr *a, char *why, size_t len);
 
 /* net/policy.json (again); a missing one is default deny (a spare's, until it is taken) */
 static int load_policy(struct enforcer *e, sbx_error_t *err)
@@ -124,6 +130,8 @@ static int load_policy(struct enforcer *e, sbx_error_t *err)
     return -1;
   }
   sbx__net_policy_free(old);
+  if (e->tcp)
+    sbx__tcpproxy_recheck(e->tcp, tcp_still_allowed);
   /* the enforcer's acknowledgement: this generation is in force (host/net.c waits for it) */
   char text[32];
   int n = snprintf(text, sizeof text, "%u\n", e->gen);
@@ -197,6 +205,45 @@ static void hook_pin(void *data, const char *name, const struct sbx_net_decision
   }
   if (e->n_pins > 4 * 1024)
     prune_pins(e, now);
+}
+
+/* ---- TCP relay hooks ---- */
+
+/* the relay's second opinion: what nft let through must still not be in the always-denied set
+ * (or an explicit deny) unless an explicit allow rule covers it; pins and the default are
+ * nft's alone, so they count as allowed here */
+static bool hook_tcp_allow(void *data, const struct sbx_net_addr *a, char *why, size_t len)
+{
+  struct enforcer *e = data;
+  struct sbx_net_decision via = {.action = SBX_NET_ALLOW}, d;
+  sbx__net_policy_decide_addr(e->policy, a, e->host, e->n_host, &via, &d);
+  snprintf(why, len, "%s", d.why);
+  return d.action == SBX_NET_ALLOW;
+}
+
+/* the whole decision, as the table takes it: the rules, the always-denied set, the pins, the
+ * default (for open connections after a policy change) */
+static bool tcp_still_allowed(void *data, const struct sbx_net_addr *a, char *why, size_t len)
+{
+  struct enforcer *e = data;
+  struct sbx_net_decision d;
+  sbx__net_policy_decide_addr(e->policy, a, e->host, e->n_host, NULL, &d);
+  snprintf(why, len, "%s", d.why);
+  if (d.action == SBX_NET_ALLOW)
+    return true;
+  if (d.rule != NULL || strcmp(d.why, "default") != 0)
+    return false;
+  uint64_t now = sbx__now_ms();
+  for (size_t i = 0; i < e->n_pins; i++)
+    if (e->pins[i].addr.family == a->family && memcmp(e->pins[i].addr.a, a->a, 16) == 0 &&
+        e->pins[i].until_ms > now + 1000)
+      return true;
+  return false;
+}
+
+static void hook_tcp_denied(void *data, const char *target, const char *why)
+{
+  log_denied(data, "connect", target, why);
 }
 
 /* ---- setup ---- */
@@ -294,6 +341,12 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   if (sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &conf, NULL) == 0 &&
       sbx__resolver_upstream(conf, &up, &up_len) == 0)
     res->up_fd = sbx__resolver_connect(&up, up_len, NULL);
+  /* the TCP relay's upstream sockets are made here (tcpproxy.c says why) */
+  cleanup_close int host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host_ns < 0) {
+    sbx__make_error(&err, errno, SBX_E_BACKEND, "open /proc/self/ns/net");
+    return fail(ready_fd, "keep the host's network namespace", &err);
+  }
   pid_t pasta = start_pasta(netns, dirfd, &err);
   if (pasta < 0)
     return fail(ready_fd, "start the sandbox's forwarder", &err);
@@ -313,6 +366,12 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
           : sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host_ns, netns, &err);
   if (tcp == NULL)
     return fail(ready_fd, "start the resolver (TCP)", &err);
+  /* SBX_NET_TCP_MAX lowers the relay's connection cap (the tests' fd cap) */
+  const char *max = getenv("SBX_NET_TCP_MAX");
+  e.tcp = sbx__tcpproxy_new(host_ns, netns, max ? strtoul(max, NULL, 10) : 0,
+                            (struct sbx_tcpproxy_hooks){&e, hook_tcp_allow, hook_tcp_denied}, &err);
+  if (e.tcp == NULL)
+    return fail(ready_fd, "start the TCP relay", &err);
   e.nft = sbx__nft_new(&err);
   if (e.nft == NULL || load_policy(&e, &err) < 0)
     return fail(ready_fd, "set the sandbox's packet filter", &err);
@@ -334,7 +393,8 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
                            {pidfd, POLLIN, 0},
                            {sfd, POLLIN, 0},
                            {nflog, POLLIN, 0},
-                           {sbx__resolver_tcp_fd(tcp), POLLIN, 0}};
+                           {sbx__resolver_tcp_fd(tcp), POLLIN, 0},
+                           {sbx__tcpproxy_fd(e.tcp), POLLIN, 0}};
     int n = poll(pfd, ARRAY_SIZE(pfd), 250);
     if (n < 0 && errno != EINTR)
       break;
@@ -374,6 +434,8 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
       while (sbx__nflog_read(nflog, target, sizeof target) > 0)
         log_denied(&e, "connect", target, "denied by the policy or the always-denied set");
     }
+    if (pfd[7].revents & POLLIN)
+      sbx__tcpproxy_run(e.tcp);
     if (pfd[3].revents & POLLIN)
       break; /* the sandbox is gone */
     if (pfd[4].revents & POLLIN) {
@@ -390,6 +452,7 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
     uint64_t now = sbx__now_ms();
     sbx__resolver_expire(res, now);
     sbx__resolver_tcp_expire(tcp, now);
+    sbx__tcpproxy_expire(e.tcp, now);
     if (e.counters_dirty && now - last_flush >= 250) {
       sbx__net_counters_write(e.dir, &e.counters, NULL);
       e.counters_dirty = false;

@@ -120,7 +120,8 @@ static void put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, s
 
 void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
                       const struct sbx_net_addr *host_addrs, size_t n_host, uint32_t gen,
-                      const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms)
+                      const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms,
+                      uint16_t tcp_port)
 {
   /* "table" first makes the delete valid when there is none yet */
   sbx__buf_puts(b, "table inet " SBX_NFT_TABLE "\ndelete table inet " SBX_NFT_TABLE "\n");
@@ -144,7 +145,10 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
                   "    reject with icmpx type admin-prohibited\n"
                   "  }\n",
                   SBX_NFT_LOG_GROUP);
-  sbx__buf_puts(b, "  chain out {\n    type filter hook output priority 0; policy drop;\n");
+  /* before the nat chain (-100): what is decided is the real destination, on every packet of a
+   * flow; a redirected flow's packets out of the sandbox still carry it here, and "lo" below is
+   * only what really is loopback (the relay's answers to the sandbox) */
+  sbx__buf_puts(b, "  chain out {\n    type filter hook output priority -150; policy drop;\n");
   sbx__buf_puts(b, "    oif \"lo\" accept\n");
   /* the kernel's own link traffic (neighbour discovery, multicast listener reports): to pasta */
   sbx__buf_puts(b, "    icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, "
@@ -172,7 +176,14 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
     sbx__buf_printf(b, "    %s %u accept\n", accept, gen);
   else
     sbx__buf_puts(b, "    goto deny\n");
-  sbx__buf_puts(b, "  }\n}\n");
+  sbx__buf_puts(b, "  }\n");
+  /* TCP the filter let out goes to the enforcer's relay (tcpproxy.h), not pasta */
+  if (tcp_port)
+    sbx__buf_printf(b,
+                    "  chain relay {\n    type nat hook output priority -100; policy accept;\n"
+                    "    oif != \"lo\" meta l4proto tcp redirect to :%u\n  }\n",
+                    tcp_port);
+  sbx__buf_puts(b, "}\n");
 }
 
 int sbx__nft_pin(struct sbx_nft *n, const struct sbx_net_addr *a, uint32_t secs, bool existed,

@@ -35,10 +35,12 @@ void sbx__nft_free(struct sbx_nft *n);
  * always-denied set (fixed ranges and host_addrs), other resolvers (ports 53 and 853), the
  * pinned addresses, the default. gen marks the connections this ruleset accepted: established
  * ones from an earlier ruleset are decided again. pins are included with their remaining
- * time (at now_ms). */
+ * time (at now_ms). tcp_port: non-zero adds the nat chain that redirects the TCP connections
+ * the filter let out to the enforcer's relay on that loopback port (the filter runs first). */
 void sbx__nft_ruleset(sbx_buf_t *out, const sbx_net_policy_t *p,
                       const struct sbx_net_addr *host_addrs, size_t n_host, uint32_t gen,
-                      const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms);
+                      const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms,
+                      uint16_t tcp_port);
 
 /* Runs nft text (one transaction). SBX_E_BACKEND with nft's message. */
 int sbx__nft_run(struct sbx_nft *n, const char *text, sbx_error_t *err);

@@ -6,7 +6,8 @@ not touched.
             server on [::]:8080 (both families) answering every address on its loopback:
             203.0.113.10 and 2001:db8:113::10 (pypi.test), .20 / ::20 (*.cdn.test), .30 / ::30
             (denied.test), .40 / ::40 (no name), 10.77.0.1 and fd00::10 (private addresses; also
-            what rebind.test answers), fd00:ec2::254 (a metadata address).
+            what rebind.test answers), fd00:ec2::254 (a metadata address); tcpsrv.py's servers on
+            203.0.113.10:9000-9002 (hash what is sent, send a blob, hold a connection open).
     "host"  where sbx runs (its pasta's host side): 198.51.100.2/24 and 2001:db8:100::2/64 on a
             veth to inet (198.51.100.1 and 2001:db8:100::1, the default gateways), plus
             192.0.2.77 and 2001:db8:77::77 on its loopback with an HTTP server of their own (host
@@ -115,6 +116,9 @@ class FakeNet:
             self._spawn(self.host, sys.executable, "-m", "http.server", "--bind", addr, "8080")
         for addr in ("127.0.0.1", "::1"):
             self._spawn(self.host, sys.executable, "-m", "http.server", "--bind", addr, "18080")
+        tcp = self._spawn(self.inet, sys.executable, os.path.join(HERE, "tcpsrv.py"),
+                          "203.0.113.10")
+        assert tcp.stdout.readline().strip() == b"ready"
         for ns, url in ((self.inet, "http://203.0.113.10:8080/"),
                         (self.host, "http://%s:8080/" % HOST_ADDR),
                         (self.host, "http://[%s]:8080/" % HOST_ADDR6),

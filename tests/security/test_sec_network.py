@@ -3,9 +3,14 @@ changing routes or the packet filter, raw sockets, its own resolver, DNS rebindi
 live in the sandbox's network namespace, which the host's user namespace owns: root inside has
 no capability over it. Each test has a positive control (what must work does) and fails if the
 escape works. The fake internet is tests/integration/fakenet.py's."""
+import glob
 import importlib.util
+import json
 import os
+import re
 import shlex
+import subprocess
+import time
 
 import pytest
 
@@ -147,3 +152,97 @@ def test_dns_rebinding_to_private_or_host_addresses(box):
     for k in ("private", "private_ip", "host", "host_ip", "private6", "private6_ip", "host6",
               "host6_ip"):
         assert k + "=fail" in out, out
+
+
+# ---- the TCP relay (src/net/tcpproxy.c): TCP leaves through the enforcer, from the host ----
+
+def enforcer_pid(s):
+    recs = glob.glob(os.path.join(str(s.home), "sandboxes", "*", "net", "enforcer"))
+    assert len(recs) == 1, recs
+    with open(recs[0]) as f:
+        return int(re.search(r"pid=(\d+)", f.read()).group(1)), os.path.dirname(recs[0])
+
+
+def denied(netdir, pred):
+    deadline = time.monotonic() + 3
+    while True:
+        with open(os.path.join(netdir, "denied.log")) as f:
+            log = [json.loads(line) for line in f]
+        if any(pred(e) for e in log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
+DIRECT = r"""
+import socket
+found = 0
+for path, fam, lo in (('/proc/net/tcp', socket.AF_INET, '0100007F'),
+                      ('/proc/net/tcp6', socket.AF_INET6, '00000000000000000000000001000000')):
+    try:
+        lines = open(path).read().split('\n')[1:]
+    except OSError:
+        continue
+    for l in lines:
+        f = l.split()
+        if len(f) < 4 or f[3] != '0A' or f[1].split(':')[0] != lo:
+            continue
+        port = int(f[1].split(':')[1], 16)
+        found += 1
+        c = socket.socket(fam, socket.SOCK_STREAM); c.settimeout(3)
+        try:
+            c.connect(('127.0.0.1' if fam == socket.AF_INET else '::1', port))
+            c.sendall(b'GET / HTTP/1.0\r\n\r\n')
+            d = c.recv(100)
+            print('direct%d=%s' % (port, 'answered' if d else 'refused'))
+        except OSError as e:
+            print('direct%d=refused' % port, e)
+print('listeners=%d' % found)
+"""
+
+
+def test_relay_refuses_direct_connections(box):
+    # the relay listens on the sandbox's loopback, where anything inside can find it
+    out = run(box, "%s; python3 -c %s" % (curl("http://pypi.test:8080/", "control"),
+                                          shlex.quote(DIRECT)))
+    assert "control=ok" in out, out
+    assert re.search(r"listeners=[12]\b", out), out  # the relay, v4 (and v6): the test sees it
+    assert "=answered" not in out and "=refused" in out, out
+    pid, netdir = enforcer_pid(box)
+    log = denied(netdir, lambda e: "loopback" in e["rule"])
+    assert any(e["kind"] == "connect" and e["target"].startswith(("127.0.0.1:", "[::1]:")) and
+               "TCP relay" in e["rule"] for e in log), log
+
+
+@pytest.fixture
+def openbox(tmp_path, net):
+    cfg = tmp_path / "open.yaml"
+    cfg.write_text("sandbox:\n  network: egress\n  network_policy:\n    defaultAction: allow\n")
+    s = NetSbx(tmp_path / "home", str(cfg), net)
+    yield s
+    s.down()
+
+
+def test_relay_rechecks_what_the_filter_let_through(openbox):
+    """Defence in depth: with the table's always-denied set emptied from the host (a bug in nft
+    simulated), the relay still refuses the host's and private addresses."""
+    out = run(openbox, "; ".join([curl("http://203.0.113.10:8080/", "control"),
+                                  curl("http://%s:8080/" % fakenet.HOST_ADDR, "host_before")]))
+    assert "control=ok" in out and "host_before=fail" in out, out
+    pid, netdir = enforcer_pid(openbox)
+    for cmd in (["nft", "flush", "set", "inet", "sbx", "always4"],):
+        subprocess.run(["nsenter", "-t", str(pid), "-n"] + cmd, check=True)
+    listed = subprocess.run(["nsenter", "-t", str(pid), "-n", "nft", "list", "set", "inet", "sbx",
+                             "always4"], capture_output=True, text=True, check=True).stdout
+    assert "10.0.0.0/8" not in listed and fakenet.HOST_ADDR not in listed, listed
+    out = run(openbox, "; ".join([curl("http://203.0.113.10:8080/", "control"),
+                                  curl("http://%s:8080/" % fakenet.HOST_ADDR, "host"),
+                                  curl("http://10.77.0.1:8080/", "private"),
+                                  curl("http://198.51.100.1:18080/", "gateway")]))
+    assert "control=ok" in out, out
+    for k in ("host", "private", "gateway"):
+        assert k + "=fail" in out, out
+    # refused by the relay (its reason is the policy's), not by the filter
+    log = denied(netdir, lambda e: e["target"] == "10.77.0.1:8080/tcp")
+    rules = {e["target"]: e["rule"] for e in log}
+    assert rules.get("%s:8080/tcp" % fakenet.HOST_ADDR, "").startswith("always-denied: host"), log
+    assert rules.get("10.77.0.1:8080/tcp") == "always-denied: 10.0.0.0/8", log
