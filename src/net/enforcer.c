@@ -341,7 +341,8 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   if (sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &conf, NULL) == 0 &&
       sbx__resolver_upstream(conf, &up, &up_len) == 0)
     res->up_fd = sbx__resolver_connect(&up, up_len, NULL);
-  /* the TCP relay's upstream sockets are made here (tcpproxy.c says why) */
+  /* the way back, for the TCP relay's upstream sockets (tcpproxy.c says why) and the TCP
+   * resolver's upstream connections */
   cleanup_close int host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (host_ns < 0) {
     sbx__make_error(&err, errno, SBX_E_BACKEND, "open /proc/self/ns/net");
@@ -350,8 +351,6 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   pid_t pasta = start_pasta(netns, dirfd, &err);
   if (pasta < 0)
     return fail(ready_fd, "start the sandbox's forwarder", &err);
-  /* the way back, for the TCP resolver's upstream connections */
-  cleanup_close int host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (setns(netns, CLONE_NEWNET) < 0) {
     sbx__make_error(&err, errno, SBX_E_BACKEND, "setns");
     return fail(ready_fd, "enter the sandbox's network namespace", &err);
@@ -361,9 +360,7 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
     return fail(ready_fd, "start the resolver", &err);
   res->hooks = (struct sbx_resolver_hooks){&e, hook_decide, hook_pin, hook_denied};
   struct sbx_resolver_tcp *tcp =
-      host_ns < 0
-          ? NULL
-          : sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host_ns, netns, &err);
+      sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host_ns, netns, &err);
   if (tcp == NULL)
     return fail(ready_fd, "start the resolver (TCP)", &err);
   /* SBX_NET_TCP_MAX lowers the relay's connection cap (the tests' fd cap) */
