@@ -1,6 +1,7 @@
 """sandbox.network egress (docs/network.md): the datapath against a fake internet of network
 namespaces (fakenet.py). sbx runs in the fake internet's "host" namespace; every test is offline
 and leaves the machine's own network as it was."""
+import fcntl
 import json
 import os
 import re
@@ -215,9 +216,24 @@ def test_spare_takes_its_policy(egress):
     s = egress("deny", [("allow", "pypi.test")], extra="  spares: 1\n")
     s.ok("run", "--", "true")
     spare_home = os.path.join(s.home, "spare", "sandboxes")
-    for _ in range(300):
+    def made(i):
+        # the filler holds spare/locks/<id> until the spare is made: a take skips it till then
+        if not os.path.exists(os.path.join(spare_home, i, "net", "applied")):
+            return False
+        try:
+            fd = os.open(os.path.join(s.home, "spare", "locks", i), os.O_RDONLY)
+        except FileNotFoundError:
+            return True  # no lock file: nobody holds it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+    for _ in range(600):
         ids = os.listdir(spare_home) if os.path.isdir(spare_home) else []
-        if ids and os.path.exists(os.path.join(spare_home, ids[0], "net", "applied")):
+        if ids and made(ids[0]):
             break
         time.sleep(0.05)
     else:
