@@ -119,7 +119,7 @@ bench:
 # user). About 10 minutes on two cores (the tests ~5, the checks ~2.5, systemd's boot ~1.5);
 # not part of `check`. guest-check-full: the whole integration suite, bash as PID 1, /tmp on a
 # scratch ext4 disk of GUEST_DISK GiB (sparse; GUEST_DISK= for a tmpfs /tmp, as guest-check has);
-# about 25 minutes. GUEST_TESTS="tests/integration/test_x.py::test_y ...": only those tests
+# about 40 minutes on two shared cores. GUEST_TESTS="tests/integration/test_x.py::test_y ...": only those tests
 # (no checks.sh), in either target.
 GUEST_DIR ?= build-guest
 GUEST_TESTS ?=
@@ -133,7 +133,7 @@ guest-check: guest-deps build
 
 guest-check-full: guest-deps build
 	tests/guest/prepare.sh $(GUEST_DIR)
-	tests/guest/boot.sh -t 3600 $(if $(GUEST_DISK),-d $(GUEST_DISK)) \
+	tests/guest/boot.sh -t 4800 $(if $(GUEST_DISK),-d $(GUEST_DISK)) \
 	  $(GUEST_DIR)/vmlinuz $(GUEST_DIR)/initrd.gz $(GUEST_DIR)/out-full \
 	  -- $(CURDIR)/tests/guest/suite.sh $(CURDIR) $(CURDIR)/$(BUILD) full $(GUEST_TESTS)
 

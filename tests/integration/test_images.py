@@ -556,13 +556,31 @@ def test_docker_archive_with_two_images_sharing_a_layer(sbx, tmp_path):
 
 
 def _loops_of(path):
-    """Loop devices whose backing file is under path (the kernel's view, not our bookkeeping)."""
+    """Loop devices whose backing file is under path (the kernel's view, not our bookkeeping).
+    The kernel names it from the attaching process's mount namespace: where that mount is not
+    reachable from ours, relative to its file system's root (a /tmp of its own, as in the qemu
+    guest, shows /pytest-of-root/...), so a tail of path (its home's name is unique) matches."""
+    parts = path.rstrip("/").split("/")
+    tails = ["/".join([""] + parts[i:]) + "/" for i in range(1, len(parts))]
     found = []
     for b in os.listdir("/sys/block"):
         try:
             with open(os.path.join("/sys/block", b, "loop", "backing_file")) as f:
-                if f.read().strip().startswith(path):
-                    found.append(b)
+                backing = f.read().strip()
+            if any(backing.startswith(t) for t in tails):
+                found.append(b)
+        except OSError:
+            pass
+    return found
+
+
+def _backing_files():
+    """Every loop device's backing file, for a failure's message."""
+    found = {}
+    for b in os.listdir("/sys/block"):
+        try:
+            with open(os.path.join("/sys/block", b, "loop", "backing_file")) as f:
+                found[b] = f.read().strip()
         except OSError:
             pass
     return found
@@ -604,7 +622,7 @@ def test_disk_cap_on_the_upper(make_sbx, tmp_path, bb_docker):
     s.ok("release", "-t", "w")
     r = sh(s, "w", "rm /usr/big; wc -c < /keep; echo more > /more && cat /more")
     assert r["stdout"] == "8388608\nmore\n", r
-    assert _loops_of(s.home), "the sandbox's upper is on a loop device"
+    assert _loops_of(s.home), ("the sandbox's upper is on a loop device", _backing_files())
     s.ok("rm", "-t", "w")
     deadline = time.time() + 10
     while (_loops_of(s.home) or os.path.exists(state)) and time.time() < deadline:
