@@ -159,10 +159,11 @@ if useradd -m -s /bin/bash sbxuser 2>/dev/null || id sbxuser > /dev/null 2>&1; t
   out=$(as_user "$rb/sbx" doctor 2>&1)
   [[ $? == 0 && $out == *"rootless mode"* ]] && ok "rootless: doctor: sandboxes can start" || bad "rootless: doctor: $out"
   echo "$out"
-  out=$(as_user "$rb/sbx" exec -t a -- 'id -u; echo x > /mnt/user-data/outputs/f' 2>&1)
+  # stdout alone: without a user manager (bash as PID 1) stderr has the no-cgroup warning
+  out=$(as_user "$rb/sbx" exec -t a -- 'id -u; echo x > /mnt/user-data/outputs/f' 2> "$W/rl.err")
   f=/home/sbxuser/.local/state/sbx/users/default/threads/a/user-data/outputs/f
   [[ $out == 0 && $(stat -c %u "$f" 2>/dev/null) == "$uid" ]] && ok "rootless: exec as root inside, files the user's on the host" ||
-    bad "rootless: exec: $out; $(stat -c %u "$f" 2>&1)"
+    bad "rootless: exec: $out $(cat "$W/rl.err"); $(stat -c %u "$f" 2>&1)"
   ubase=/sys/fs/cgroup/user.slice/user-$uid.slice/user@$uid.service
   if [[ -S /run/user/$uid/systemd/private ]]; then
     out=$(as_user "$rb/sbx" --config "$W/limits.yaml" exec -t l -- echo hi 2>&1)

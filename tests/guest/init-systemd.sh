@@ -37,4 +37,5 @@ echo sbx-guest > /etc/hostname
 # numbers are the upper layer's on the overlay root, not what stat says
 . "$here/tmp.sh"
 guest_tmp "$here"
+guest_modules
 exec /lib/systemd/systemd --unit=multi-user.target --log-target=console --show-status=false

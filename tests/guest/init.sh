@@ -7,6 +7,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 . "$here/tmp.sh"
 guest_tmp "$here"
+guest_modules
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A small initramfs (static busybox and the 9p/overlay/loop/ext4 modules) for a stock Debian kernel
+# A small initramfs (static busybox and the 9p/overlay/loop/ext4/virtio-blk modules) for a stock Debian kernel
 # unpacked with `dpkg-deb -x linux-image-*.deb DIR`:  mkinitramfs.sh DIR OUT.cpio.gz
 # Its /init mounts this host's root (9p tag "hostroot", read-only) under a tmpfs overlay and
 # the 9p tag "out" at /mnt/out, then switch_roots into $SBX_GUEST_INIT (a host path).
@@ -23,7 +23,9 @@ add() { # a module after its dependencies
   for d in $(grep -E "^$1:" "$mdir/modules.dep" | cut -d: -f2); do add "$d"; done
   order+=("$1")
 }
-for m in 9p 9pnet_virtio virtio_pci overlay loop crc32c_generic ext4; do # loop, ext4: suite.sh full's scratch
+# loop: disk_mib's images; ext4, virtio_blk: boot.sh's scratch disk (later ones load on demand
+# from /lib/modules, see tmp.sh)
+for m in 9p 9pnet_virtio virtio_pci virtio_blk overlay loop crc32c_generic ext4; do
   rel=$(grep -E "/$m\.ko(\.xz|\.zst)?:" "$mdir/modules.dep" | cut -d: -f1 | head -1)
   [[ -n $rel ]] && add "$rel"
 done

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Fetches Debian's stock kernel (the package linux-image-amd64 depends on, from the archive this
 # host's apt uses) into DIR and builds the guest's initramfs:  prepare.sh DIR
-# Leaves DIR/vmlinuz and DIR/initrd.gz; a kernel already there is kept.
+# Leaves DIR/vmlinuz, DIR/kernel/lib/modules (boot.sh gives them to the guest) and DIR/initrd.gz;
+# a kernel already there is kept.
 set -euo pipefail
 dir=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,5 +17,6 @@ if [[ ! -e vmlinuz ]]; then
   ln -sf kernel/boot/vmlinuz-* vmlinuz
   rm -f ./*.deb
 fi
-[[ -e initrd.gz ]] || "$here/mkinitramfs.sh" kernel initrd.gz
+# rebuilt when its script changed (a module added)
+[[ initrd.gz -nt $here/mkinitramfs.sh ]] || "$here/mkinitramfs.sh" kernel initrd.gz
 echo "prepare.sh: $(readlink vmlinuz)"

@@ -13,7 +13,7 @@ import pytest
 
 import conftest
 import fakenet
-from conftest import alive
+from conftest import alive, slow
 from test_net_policy import egress as egress_api
 from test_sbxd_http import APP, sbxd  # noqa: F401 (the fixture)
 
@@ -81,7 +81,7 @@ def state_dir(s, thread):
 def denied_log(s, thread, until=None):
     """The sandbox's denied.log (waiting up to 3 s for an entry until() accepts)."""
     path = os.path.join(state_dir(s, thread), "net", "denied.log")
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + slow(3)
     while True:
         with open(path) as f:
             log = [json.loads(line) for line in f]
@@ -165,7 +165,7 @@ def test_runtime_change_flips_access_both_ways(egress):
     t0 = time.monotonic()
     r = s.sh("t", loop)
     assert "flipped=" in r["stdout"], r
-    assert time.monotonic() - t0 < 3  # the exec itself, plus well under a second of waiting
+    assert time.monotonic() - t0 < slow(3)  # the exec itself, plus well under a second of waiting
     assert int(r["stdout"].split("flipped=")[1].split()[0]) <= 20  # <= 1 s of retries
     # and back: the pinned address goes with the rule that pinned it
     write_policy(s, "t", {"defaultAction": "deny", "egress": []})

@@ -253,6 +253,7 @@ def store_blobs(sbx):
     return set(os.listdir(d)) if os.path.isdir(d) else set()
 
 
+@pytest.mark.idmap
 def test_anonymous_pull_run_and_reuse(sbx, registry, proxy, tmp_path, monkeypatch):
     reg = registry()
     # gzip without a time stamp: the same layer is the same blob in both images
@@ -319,6 +320,7 @@ def test_pull_by_digest_and_bad_references(sbx, registry, tmp_path):
     assert len(images(sbx)) == 1
 
 
+@pytest.mark.idmap
 def test_manifest_list_and_platform(sbx, registry, tmp_path):
     reg = registry()
     out = str(tmp_path / "multi")
@@ -500,6 +502,7 @@ class TokenServer:
         self.server.server_close()
 
 
+@pytest.mark.idmap
 def test_bearer_token_auth(sbx, registry, tmp_path):
     ts = TokenServer(tmp_path, expires_in=1)
     try:
@@ -555,6 +558,7 @@ def test_mirror_misses_then_hits(sbx, registry, tmp_path):
     assert ref in images(sbx)
 
 
+@pytest.mark.idmap
 def test_registry_dies_mid_blob_resumes(sbx, registry, proxy, tmp_path):
     reg = registry()
     big = mkimage.layer([("big", os.urandom(3 << 20))])
@@ -572,6 +576,7 @@ def test_registry_dies_mid_blob_resumes(sbx, registry, proxy, tmp_path):
     assert j["stdout"].strip() == str(3 << 20)
 
 
+@pytest.mark.idmap
 def test_pull_killed_at_random_points(sbx, registry, proxy, tmp_path):
     reg = registry()
     lay = layout(tmp_path, "big", [mkimage.busybox_layer(),
@@ -649,6 +654,7 @@ def test_progress_on_a_terminal(sbx, registry, tmp_path):
     assert b"MB/s" in out or b"kB/s" in out
 
 
+@pytest.mark.idmap
 def test_implicit_pull_on_first_use(sbx, registry, tmp_path, monkeypatch):
     monkeypatch.delenv("SBX_PULL", raising=False)
     reg = registry()
@@ -717,6 +723,7 @@ def test_sbxd_pending_while_pulling_then_deleted(sbxd, registry, tmp_path, monke
     assert json.loads(ps.stdout)["sandboxes"] == [], ps.stdout
 
 
+@pytest.mark.idmap
 def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypatch):
     monkeypatch.delenv("SBX_PULL", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.docker/config.json of the host
@@ -758,6 +765,7 @@ def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypa
                 assert b"s3cret" not in open(p, "rb").read(), p
 
 
+@pytest.mark.idmap
 def test_config_registries_and_mirrors(make_sbx, registry, tmp_path, monkeypatch):
     monkeypatch.delenv("SBX_PULL", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -1235,6 +1235,7 @@ def spare_metas(home):
     return out
 
 
+@pytest.mark.idmap
 def test_spares_make_creates_fast_and_keep_managed_semantics(sbxd, tmp_path):
     """sandbox.spares: sbxd keeps spares ready; a create takes one, which then has the limits
     asked for and no idle expiry (a managed sandbox lives by its own timeout only)."""

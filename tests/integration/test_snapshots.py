@@ -58,6 +58,7 @@ def bb(sbx, tmp_path):
     return BB
 
 
+@pytest.mark.idmap
 def test_commit_then_run_from_it(sbx, bb):
     sh(sbx, "src", "mkdir -p /usr/local/bin /srv/pkg && "
        "printf '#!/bin/sh\\necho tool-ran\\n' > /usr/local/bin/tool && chmod 4755 /usr/local/bin/tool && "
@@ -116,6 +117,7 @@ def test_commit_then_run_from_it(sbx, bb):
         ["second", "data"]
 
 
+@pytest.mark.idmap
 def test_commit_refusals_change_nothing(sbx, bb):
     sh(sbx, "img", "echo x > /x", image=bb)
     before = index(sbx)
@@ -136,6 +138,7 @@ def test_commit_refusals_change_nothing(sbx, bb):
     assert index(sbx) == before and work_left(sbx) == []
 
 
+@pytest.mark.idmap
 def test_commit_while_it_writes(sbx, bb):
     sh(sbx, "w", "true", image=bb)
     writer = subprocess.Popen(sbx.cmd("exec", "-t", "w", "--", "i=0; while [ $i -lt 4000 ]; do "
@@ -161,6 +164,7 @@ def test_commit_while_it_writes(sbx, bb):
     assert 1 <= len(log) <= 4000 and last in (str(len(log)), str(len(log) - 1), ""), lines[-3:]
 
 
+@pytest.mark.idmap
 def test_commit_of_50mb_does_not_stall_another_sandbox(sbx, bb):
     sh(sbx, "big", "dd if=/dev/urandom of=/blob bs=1M count=50 2>/dev/null", image=bb)
     sh(sbx, "other", "true", image=bb)
@@ -198,6 +202,7 @@ def wait_snapshot(s, sid, timeout=120):
         time.sleep(0.1)
 
 
+@pytest.mark.idmap
 def test_sbxd_snapshots(sbxd, tmp_path, bb):
     from conftest import Sbx
     home = tmp_path / "home"
@@ -298,6 +303,7 @@ def test_sbxd_snapshots(sbxd, tmp_path, bb):
     assert got["status"]["state"] == "Ready" and got["sandboxId"] == sb.id
 
 
+@pytest.mark.idmap
 def test_commit_bounded_by_the_layer_limits(make_sbx, tmp_path):
     # the sandbox writes what it likes: a commit stops at the import's bounds, and stores nothing
     cfg = tmp_path / "config.yaml"
