@@ -94,10 +94,15 @@ int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err)
   /* it answers one line once the sandbox's network is up, then leaves its enforcer behind */
   char line[1024];
   size_t got = 0;
+  bool late = false;
   for (uint64_t until = sbx__now_ms() + 15000; got < sizeof line - 1;) {
     struct pollfd p = {rd, POLLIN, 0};
     int64_t left = (int64_t) (until - sbx__now_ms());
-    if (left <= 0 || poll(&p, 1, (int) left) <= 0)
+    if (left <= 0 || poll(&p, 1, (int) left) == 0) {
+      late = true;
+      break;
+    }
+    if (p.revents == 0)
       break;
     ssize_t n = read(rd, line + got, sizeof line - 1 - got);
     if (n <= 0)
@@ -119,7 +124,8 @@ int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err)
                          in->meta.id,
                          sbx__str_has_prefix(line, "error: ") ? line + 7
                          : *line                              ? line
-                                                              : "the enforcer (sbx-net) died");
+                         : late ? "the enforcer (sbx-net) was not ready within 15 s"
+                                : "the enforcer (sbx-net) died");
 }
 
 int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err)
