@@ -39,7 +39,8 @@ exec 2>>"$R/sbx-init.stderr"
 TSAN_OPTIONS="\$TSAN_OPTIONS log_path=stderr verbosity=1" exec "$B/sbx-init" "\$@"
 EOS
 chmod 0755 "$R/sbx-init"
-export SBX_BUILD=$B SBX_SOURCE=$SRC SBX_INIT=$R/sbx-init
+# sbx-net is looked for next to sbx-init (or in $SBX_NET): the build's own
+export SBX_BUILD=$B SBX_SOURCE=$SRC SBX_INIT=$R/sbx-init SBX_NET=$B/sbx-net
 fails=0
 "${PYTHON3:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider ${TSAN_PYTEST_ARGS:-} \
   ${TSAN_SUITES:-tests/integration/test_sbxd_http.py tests/integration/test_exec.py} ||
