@@ -1,7 +1,6 @@
 """Runs inside a Python >= 3.12 that has DeerFlow's dependencies (test_aio_sdk.py starts it):
 DeerFlow's real AioSandboxProvider, in provisioner mode, against the sbxd at
 $SBX_PROVISIONER_URL. Prints DRIVER OK at the end; any failed check raises."""
-import base64
 import json
 import os
 import sys
@@ -24,6 +23,7 @@ with open(cfg, "w") as f:
 os.environ["DEER_FLOW_CONFIG_PATH"] = cfg
 
 from deerflow.community.aio_sandbox import AioSandboxProvider  # noqa: E402
+from deerflow_contract import check, contract  # noqa: E402 (this folder is sys.path[0])
 
 
 def prov(method, path):
@@ -32,10 +32,6 @@ def prov(method, path):
         return json.loads(r.read())
 
 
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok:", what, flush=True)
 
 
 p = AioSandboxProvider()
@@ -45,27 +41,7 @@ sb = p.get(sid_a)
 first = sb.execute_command("echo first")
 check(first.strip() == "first", "execute_command on a new thread (%.0f ms)" % ((time.perf_counter() - t0) * 1000))
 
-# the contract through the Sandbox methods DeerFlow's tools call
-sb.write_file("/mnt/user-data/workspace/notes.txt", "alpha\nbeta\ngamma\n")
-check(sb.read_file("/mnt/user-data/workspace/notes.txt") == "alpha\nbeta\ngamma\n", "write_file/read_file")
-check(sb.read_file("/mnt/user-data/workspace/notes.txt", start_line=2, end_line=2) == "beta", "read_file lines")
-sb.write_file("/mnt/user-data/workspace/notes.txt", "delta\n", append=True)
-check(sb.read_file("/mnt/user-data/workspace/notes.txt").endswith("gamma\ndelta\n"), "write_file append")
-blob = bytes(range(256)) * 16
-sb.update_file("/mnt/user-data/outputs/blob.bin", blob)
-check(sb.download_file("/mnt/user-data/outputs/blob.bin") == blob, "update_file/download_file (binary)")
-check(sb.execute_command("echo $S", env={"S": "secret"}).strip() == "secret", "execute_command env (bash.exec)")
-check("secret" not in sb.execute_command("env"), "env does not persist")
-sb.execute_command("mkdir -p /mnt/user-data/workspace/app/node_modules/lib /mnt/user-data/workspace/app/src && "
-                   "cd /mnt/user-data/workspace/app && for i in $(seq 1200); do echo 'needle' > node_modules/lib/n$i.js; done && "
-                   "for i in $(seq 5); do echo 'needle here' > src/f$i.py; done")
-listing = sb.list_dir("/mnt/user-data/workspace/app", max_depth=1)
-check(any(x.endswith("/src") for x in listing), "list_dir")
-files, truncated = sb.glob("/mnt/user-data/workspace/app", "**/*.py")
-check(len(files) == 5 and not truncated, "glob **/*.py (node_modules ignored)")
-matches, truncated = sb.grep("/mnt/user-data/workspace/app", "needle")
-check(len([m for m in matches if "/src/" in m.path]) == 5 and not truncated,
-      "grep with 1,200 files in node_modules")
+contract(sb)
 
 # two threads are isolated
 sid_b = p.acquire("thread-b", user_id="alice")
