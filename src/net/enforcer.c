@@ -93,9 +93,19 @@ static int apply(struct enforcer *e, sbx_error_t *err)
   uint64_t now = sbx__now_ms();
   prune_pins(e, now);
   sbx_buf_t b = {0};
-  sbx__nft_ruleset(&b, e->policy, e->host, e->n_host, e->gen + 1, e->pins, e->n_pins, now,
-                   e->tcp ? sbx__tcpproxy_port(e->tcp) : 0);
-  int r = sbx__nft_run(e->nft, b.data, err);
+  int r = -1;
+  if (e->gen > 0) {
+    /* the table is there: replace the policy's part; whole again if that fails (the table
+     * touched from outside) */
+    sbx__nft_policy_update(&b, e->policy, e->gen + 1, e->pins, e->n_pins, now);
+    r = sbx__nft_run(e->nft, b.data, NULL);
+    sbx__buf_free(&b);
+  }
+  if (r < 0) {
+    sbx__nft_ruleset(&b, e->policy, e->host, e->n_host, e->gen + 1, e->pins, e->n_pins, now,
+                     e->tcp ? sbx__tcpproxy_port(e->tcp) : 0);
+    r = sbx__nft_run(e->nft, b.data, err);
+  }
   sbx__buf_free(&b);
   if (r == 0)
     e->gen++;

@@ -93,7 +93,8 @@ static bool put_always(sbx_buf_t *b, int family, const struct sbx_net_addr *host
   return any;
 }
 
-static void put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, size_t n,
+/* one family's pins as set elements, comma-separated, with their remaining time */
+static bool put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, size_t n,
                      uint64_t now_ms)
 {
   bool any = false;
@@ -109,13 +110,47 @@ static void put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, s
           (pins[k].until_ms > pins[i].until_ms || (pins[k].until_ms == pins[i].until_ms && k < i));
     if (dup)
       continue;
-    sbx__buf_puts(b, any ? ", " : "elements = { ");
+    sbx__buf_puts(b, any ? ", " : "");
     put_addr(b, &pins[i].addr, 128);
     sbx__buf_printf(b, " timeout %llus", (unsigned long long) ((pins[i].until_ms - now_ms) / 1000));
     any = true;
   }
-  if (any)
-    sbx__buf_puts(b, " }");
+  return any;
+}
+
+/* The out chain's rules, each line led by lead (indentation inside a table block, or an
+ * "add rule" command) */
+static void put_out_rules(sbx_buf_t *b, const char *lead, const sbx_net_policy_t *p, uint32_t gen)
+{
+  sbx__buf_printf(b, "%soif \"lo\" accept\n", lead);
+  /* the kernel's own link traffic (neighbour discovery, multicast listener reports): to pasta */
+  sbx__buf_printf(b,
+                  "%sicmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, "
+                  "mld-listener-report, mld2-listener-report } accept\n",
+                  lead);
+  /* a connection this ruleset let through goes on; one of an earlier ruleset is decided anew */
+  sbx__buf_printf(b, "%sct state established,related ct mark %u accept\n", lead, gen);
+  const char *accept = "ct mark set";
+  for (size_t i = 0; p && i < p->n; i++) {
+    const struct sbx_net_rule *r = &p->rules[i];
+    if (r->kind != SBX_NET_IP && r->kind != SBX_NET_CIDR)
+      continue;
+    sbx__buf_printf(b, "%s%s daddr ", lead, fam(&r->net));
+    put_addr(b, &r->net, r->prefix);
+    if (r->action == SBX_NET_ALLOW)
+      sbx__buf_printf(b, " %s %u accept\n", accept, gen);
+    else
+      sbx__buf_puts(b, " goto deny\n");
+  }
+  sbx__buf_printf(b, "%sip daddr @always4 goto deny\n%sip6 daddr @always6 goto deny\n", lead, lead);
+  /* other resolvers (DNS, DNS over TLS) unless a rule above names their address */
+  sbx__buf_printf(b, "%smeta l4proto { tcp, udp } th dport { 53, 853 } goto deny\n", lead);
+  sbx__buf_printf(b, "%sip daddr @pin4 %s %u accept\n%sip6 daddr @pin6 %s %u accept\n", lead,
+                  accept, gen, lead, accept, gen);
+  if (p && p->default_action == SBX_NET_ALLOW)
+    sbx__buf_printf(b, "%s%s %u accept\n", lead, accept, gen);
+  else
+    sbx__buf_printf(b, "%sgoto deny\n", lead);
 }
 
 void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
@@ -129,13 +164,15 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
   static const int families[] = {AF_INET, AF_INET6};
   for (size_t f = 0; f < 2; f++) {
     const char *t = families[f] == AF_INET ? "ipv4_addr" : "ipv6_addr";
-    sbx__buf_printf(b, "  set always%d { type %s; flags interval; auto-merge; elements = { ",
-                    families[f] == AF_INET ? 4 : 6, t);
+    int v = families[f] == AF_INET ? 4 : 6;
+    sbx__buf_printf(b, "  set always%d { type %s; flags interval; auto-merge; elements = { ", v, t);
     put_always(b, families[f], host_addrs, n_host);
     sbx__buf_puts(b, " } }\n");
-    sbx__buf_printf(b, "  set pin%d { type %s; flags timeout; ", families[f] == AF_INET ? 4 : 6, t);
-    put_pins(b, families[f], pins, n_pins, now_ms);
-    sbx__buf_puts(b, " }\n");
+    sbx_buf_t el = {0};
+    put_pins(&el, families[f], pins, n_pins, now_ms);
+    sbx__buf_printf(b, "  set pin%d { type %s; flags timeout; %s%s%s }\n", v, t,
+                    el.len ? "elements = { " : "", el.len ? el.data : "", el.len ? " }" : "");
+    sbx__buf_free(&el);
   }
   sbx__buf_puts(b, "  counter denied { }\n");
   sbx__buf_printf(b,
@@ -149,33 +186,7 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
    * flow; a redirected flow's packets out of the sandbox still carry it here, and "lo" below is
    * only what really is loopback (the relay's answers to the sandbox) */
   sbx__buf_puts(b, "  chain out {\n    type filter hook output priority -150; policy drop;\n");
-  sbx__buf_puts(b, "    oif \"lo\" accept\n");
-  /* the kernel's own link traffic (neighbour discovery, multicast listener reports): to pasta */
-  sbx__buf_puts(b, "    icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, "
-                   "mld-listener-report, mld2-listener-report } accept\n");
-  /* a connection this ruleset let through goes on; one of an earlier ruleset is decided anew */
-  sbx__buf_printf(b, "    ct state established,related ct mark %u accept\n", gen);
-  const char *accept = "ct mark set";
-  for (size_t i = 0; p && i < p->n; i++) {
-    const struct sbx_net_rule *r = &p->rules[i];
-    if (r->kind != SBX_NET_IP && r->kind != SBX_NET_CIDR)
-      continue;
-    sbx__buf_printf(b, "    %s daddr ", fam(&r->net));
-    put_addr(b, &r->net, r->prefix);
-    if (r->action == SBX_NET_ALLOW)
-      sbx__buf_printf(b, " %s %u accept\n", accept, gen);
-    else
-      sbx__buf_puts(b, " goto deny\n");
-  }
-  sbx__buf_puts(b, "    ip daddr @always4 goto deny\n    ip6 daddr @always6 goto deny\n");
-  /* other resolvers (DNS, DNS over TLS) unless a rule above names their address */
-  sbx__buf_puts(b, "    meta l4proto { tcp, udp } th dport { 53, 853 } goto deny\n");
-  sbx__buf_printf(b, "    ip daddr @pin4 %s %u accept\n    ip6 daddr @pin6 %s %u accept\n", accept,
-                  gen, accept, gen);
-  if (p && p->default_action == SBX_NET_ALLOW)
-    sbx__buf_printf(b, "    %s %u accept\n", accept, gen);
-  else
-    sbx__buf_puts(b, "    goto deny\n");
+  put_out_rules(b, "    ", p, gen);
   sbx__buf_puts(b, "  }\n");
   /* TCP the filter let out goes to the enforcer's relay (tcpproxy.h), not pasta */
   if (tcp_port)
@@ -184,6 +195,20 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
                     "    oif != \"lo\" meta l4proto tcp redirect to :%u\n  }\n",
                     tcp_port);
   sbx__buf_puts(b, "}\n");
+}
+
+void sbx__nft_policy_update(sbx_buf_t *b, const sbx_net_policy_t *p, uint32_t gen,
+                            const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms)
+{
+  sbx__buf_puts(b, "flush chain inet " SBX_NFT_TABLE " out\n");
+  for (int v = 4; v <= 6; v += 2) {
+    sbx__buf_printf(b, "flush set inet " SBX_NFT_TABLE " pin%d\n", v);
+    sbx_buf_t el = {0};
+    if (put_pins(&el, v == 4 ? AF_INET : AF_INET6, pins, n_pins, now_ms))
+      sbx__buf_printf(b, "add element inet " SBX_NFT_TABLE " pin%d { %s }\n", v, el.data);
+    sbx__buf_free(&el);
+  }
+  put_out_rules(b, "add rule inet " SBX_NFT_TABLE " out ", p, gen);
 }
 
 int sbx__nft_pin(struct sbx_nft *n, const struct sbx_net_addr *a, uint32_t secs, bool existed,

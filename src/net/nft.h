@@ -1,7 +1,8 @@
 /* The enforcer's packet filter: one nftables table (inet sbx) in the sandbox's network
  * namespace, which belongs to the host's user namespace, so root inside holds no capability
- * over it. The ruleset is rebuilt as a whole, in one transaction, on every policy change;
- * addresses an allowed name resolved to are pinned into timeout sets in between. */
+ * over it. The table is made whole once; a policy change replaces the policy's part of it (the
+ * filter chain's rules and the pin sets) in one transaction; addresses an allowed name resolved
+ * to are pinned into timeout sets in between. */
 #ifndef SBX_NET_NFT_H
 #define SBX_NET_NFT_H
 
@@ -41,6 +42,13 @@ void sbx__nft_ruleset(sbx_buf_t *out, const sbx_net_policy_t *p,
                       const struct sbx_net_addr *host_addrs, size_t n_host, uint32_t gen,
                       const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms,
                       uint16_t tcp_port);
+
+/* The policy's part of a table sbx__nft_ruleset made, as nft commands that replace it: the
+ * filter chain's rules and the pin sets (same arguments). The hooks, the always-denied sets and
+ * the relay's chain stay: re-registering hooks and re-parsing the fixed sets is most of a whole
+ * table's cost, paid at every take of a spare (bench/network.md). */
+void sbx__nft_policy_update(sbx_buf_t *out, const sbx_net_policy_t *p, uint32_t gen,
+                            const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms);
 
 /* Runs nft text (one transaction). SBX_E_BACKEND with nft's message. */
 int sbx__nft_run(struct sbx_nft *n, const char *text, sbx_error_t *err);

@@ -180,6 +180,54 @@ def enforcer_pid(s, thread):
         return int(re.search(r"pid=(\d+)", f.read()).group(1))
 
 
+def nft_in(pid, *args):
+    return subprocess.run(["nsenter", "-t", str(pid), "-n", "nft"] + list(args),
+                          capture_output=True, text=True, check=True).stdout
+
+
+def applied_gen(s, thread, above):
+    path = os.path.join(state_dir(s, thread), "net", "applied")
+    deadline = time.monotonic() + slow(3)
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            gen = int(f.read() or 0)
+        if gen > above:
+            return gen
+        time.sleep(0.02)
+    raise AssertionError("the enforcer did not apply the change (applied %d)" % gen)
+
+
+def test_policy_change_replaces_the_policys_part_and_remakes_a_lost_table(egress):
+    """A change swaps the filter chain's rules and the pin sets in one transaction (the hooks,
+    always-denied sets and the relay's chain stay: nft.h); the table deleted from outside is made
+    whole again by the next change."""
+    s = egress("deny", [("allow", "pypi.test")])
+    assert probes(s, "t", a="http://pypi.test:8080/", b="http://203.0.113.40:8080/") == \
+        {"a": "ok", "b": "fail"}
+    pid = enforcer_pid(s, "t")
+    before = nft_in(pid, "-a", "list", "table", "inet", "sbx")
+    handle = re.search(r"chain relay \{ # handle (\d+)", before).group(1)
+    assert "@pin4" in before and re.search(r"set pin4 \{[^}]*elements", before), before
+    gen = applied_gen(s, "t", 0)
+    write_policy(s, "t", {"defaultAction": "deny", "egress": [{"action": "allow", "target": "203.0.113.40"}]})
+    gen = applied_gen(s, "t", gen)
+    after = nft_in(pid, "-a", "list", "table", "inet", "sbx")
+    assert "chain relay { # handle %s" % handle in after, after  # the same chain, not a new table
+    assert "ip daddr 203.0.113.40 ct mark set 0x%08x accept" % gen in after, after
+    assert not re.search(r"set pin4 \{[^}]*elements", after), after  # pypi.test's pin went with its rule
+    assert probes(s, "t", a="http://pypi.test:8080/", b="http://203.0.113.40:8080/") == \
+        {"a": "fail", "b": "ok"}
+    # deleted from outside (the positive control: nothing filters, the sandbox reaches anything)
+    nft_in(pid, "delete", "table", "inet", "sbx")
+    assert probes(s, "t", c="http://203.0.113.10:8080/") == {"c": "ok"}
+    write_policy(s, "t", {"defaultAction": "deny", "egress": []})
+    applied_gen(s, "t", gen)
+    again = nft_in(pid, "list", "table", "inet", "sbx")
+    assert "chain relay" in again and "set always4" in again, again
+    assert probes(s, "t", b="http://203.0.113.40:8080/", c="http://203.0.113.10:8080/") == \
+        {"b": "fail", "c": "fail"}
+
+
 def test_enforcer_outlives_front_ends_and_fails_closed(egress):
     s = egress("allow")
     assert probes(s, "t", a="http://pypi.test:8080/") == {"a": "ok"}
