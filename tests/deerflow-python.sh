@@ -10,12 +10,17 @@
 # The root is $SBX_DEERFLOW_ROOT (default /var/cache/sbx-test/trixie-python).
 set -eu
 root=${SBX_DEERFLOW_ROOT:-/var/cache/sbx-test/trixie-python}
+# DeerFlow's own imports (sqlalchemy), its redis ownership store, and a redis-server for it
+pkgs=python3,python3-pydantic,python3-httpx,python3-requests,python3-yaml,python3-dotenv,python3-packaging,python3-sqlalchemy,python3-redis,redis-server,ca-certificates
 if [ "${1-}" = --setup ]; then
-  [ -x "$root/usr/bin/python3" ] && exit 0
+  # a root made with another package list is made again
+  [ "$(cat "$root/.sbx-packages" 2>/dev/null)" = "$pkgs" ] && exit 0
   mkdir -p "$(dirname "$root")"
-  debootstrap --variant=minbase \
-    --include=python3,python3-pydantic,python3-httpx,python3-requests,python3-yaml,python3-dotenv,python3-packaging,ca-certificates \
+  rm -rf "$root.tmp"
+  debootstrap --variant=minbase --include="$pkgs" \
     trixie "$root.tmp" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/dev/null
+  echo "$pkgs" > "$root.tmp/.sbx-packages"
+  rm -rf "$root"
   mv "$root.tmp" "$root"
   exit 0
 fi

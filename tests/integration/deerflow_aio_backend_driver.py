@@ -7,13 +7,14 @@ the sbxd at $SBX_PROVISIONER_URL:
 - wait_for_sandbox_ready (backend.py): the provider's readiness poll of the sandbox_url;
 - AioSandbox (aio_sandbox.py): every Sandbox method DeerFlow's tools call.
 
-AioSandboxProvider itself cannot be imported without langchain, langgraph and langchain_openai
-(its module imports deerflow.integrations.lark_cli -> skills.installer -> skills.security_scanner
--> deerflow.models), which neither Debian nor the reachable registries provide. The packages
-whose __init__ alone drags those in (deerflow.runtime, deerflow.skills and
-deerflow.community.aio_sandbox, which imports the provider) are entered without running their
-__init__: every module below that is DeerFlow's real file, and one that needs an LLM framework
-fails the import loudly rather than being replaced.
+These need no LLM library. AioSandboxProvider's module does (it imports
+deerflow.integrations.lark_cli -> skills.installer -> skills.security_scanner -> deerflow.models:
+langchain, langgraph, langchain_openai, on no registry CI reaches): deerflow_aio_driver.py runs it
+with stand-ins for those. Here, the packages whose __init__ alone drags them in
+(deerflow.runtime, deerflow.skills and deerflow.community.aio_sandbox, which imports the
+provider) are entered without running their __init__: every module below that is DeerFlow's
+real file, and one that needs an LLM framework fails the import loudly rather than being
+replaced.
 
     deerflow_aio_backend_driver.py create STATE   # first run
     deerflow_aio_backend_driver.py adopt STATE    # after the test restarted sbxd
@@ -24,7 +25,6 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 import time
 import types
 
@@ -32,14 +32,9 @@ URL = os.environ["SBX_PROVISIONER_URL"]
 KEY = os.environ["SBX_PROVISIONER_KEY"]
 HARNESS = os.environ["SBX_DEERFLOW_HARNESS"]
 
-cfg_dir = tempfile.mkdtemp(prefix="sbx-deerflow-")
-cfg = os.path.join(cfg_dir, "config.yaml")
-with open(cfg, "w") as f:
-    f.write("sandbox:\n"
-            "  use: deerflow.community.aio_sandbox:AioSandboxProvider\n"
-            "  provisioner_url: %s\n"
-            "  provisioner_api_key: %s\n" % (URL, KEY))
-os.environ["DEER_FLOW_CONFIG_PATH"] = cfg
+from deerflow_contract import check, contract, write_config  # noqa: E402 (this folder is sys.path[0])
+
+write_config(URL, KEY)
 
 for pkg in ("deerflow.runtime", "deerflow.skills", "deerflow.community.aio_sandbox"):
     path = os.path.join(HARNESS, *pkg.split("."))
@@ -53,7 +48,6 @@ for pkg in ("deerflow.runtime", "deerflow.skills", "deerflow.community.aio_sandb
 from deerflow.community.aio_sandbox.aio_sandbox import AioSandbox  # noqa: E402
 from deerflow.community.aio_sandbox.backend import wait_for_sandbox_ready  # noqa: E402
 from deerflow.community.aio_sandbox.remote_backend import RemoteSandboxBackend  # noqa: E402
-from deerflow_contract import check, contract  # noqa: E402 (this folder is sys.path[0])
 
 
 

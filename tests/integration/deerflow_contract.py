@@ -1,7 +1,33 @@
 """The Sandbox contract through the methods DeerFlow's tools call (execute_command, read_file,
 write_file, update_file, download_file, list_dir, glob, grep), on a DeerFlow Sandbox object:
 shared by the drivers (deerflow_aio_driver.py, deerflow_aio_backend_driver.py) that run inside
-DeerFlow's Python."""
+DeerFlow's Python; and the config.yaml they point DeerFlow at."""
+import os
+import tempfile
+
+_config_dir = None
+
+
+def write_config(url, key, **sandbox):
+    """DeerFlow's config.yaml with the AIO provider in provisioner mode at url (the one line that
+    matters is provisioner_url: docs/deerflow.md), and more sandbox keys; DEER_FLOW_CONFIG_PATH
+    names it. Written again in place: DeerFlow reloads a changed file on the next read."""
+    global _config_dir
+    _config_dir = _config_dir or tempfile.mkdtemp(prefix="sbx-deerflow-")
+    lines = ["sandbox:", "  use: deerflow.community.aio_sandbox:AioSandboxProvider",
+             "  provisioner_url: %s" % url, "  provisioner_api_key: %s" % key]
+    for k, v in sandbox.items():
+        if isinstance(v, dict):
+            lines.append("  %s:" % k)
+            lines += ["    %s: %s" % kv for kv in v.items()]
+        else:
+            lines.append("  %s: %s" % (k, v))
+    path = os.path.join(_config_dir, "config.yaml")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    os.environ["DEER_FLOW_CONFIG_PATH"] = path
+    return path
 
 
 def check(cond, what):
