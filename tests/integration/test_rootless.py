@@ -237,7 +237,8 @@ def test_limits_where_delegated_else_one_warning(user):
 def test_root_features_refused_in_one_line(single):
     cfg = os.path.join(single.home_dir, "quota.yaml")
     for body, what in (("sandbox:\n  user_data_size_mib: 16\n", b"user_data_size_mib"),
-                       ("sandbox:\n  disk_mib: 64\n  image: busybox:latest\n", b"disk_mib")):
+                       ("sandbox:\n  disk_mib: 64\n  image: busybox:latest\n", b"disk_mib"),
+                       ("sandbox:\n  network: egress\n", b"network egress")):
         with open(cfg, "w") as f:
             f.write(body)
         os.chown(cfg, single.uid, single.gid)

@@ -197,9 +197,12 @@ static int linux_precheck(const struct sbx_instance *in, sbx_error_t *err)
   if (geteuid() == 0)
     return 0;
   const struct sbx_config *c = in->cfg;
-  const char *what = c->user_data_size_mib ? "sandbox.user_data_size_mib (a loop-mounted quota)"
-                     : c->disk_mib         ? "sandbox.disk_mib (a loop-mounted disk)"
-                                           : NULL;
+  /* egress: the enforcer's table must sit in a network namespace the sandbox's root holds no
+   * capability over, which today is the host's user namespace (docs/network.md, Rootless) */
+  const char *what = c->user_data_size_mib  ? "sandbox.user_data_size_mib (a loop-mounted quota)"
+                     : c->disk_mib          ? "sandbox.disk_mib (a loop-mounted disk)"
+                     : sbx__linux_egress(c) ? "sandbox.network egress (the enforcer's namespace)"
+                                            : NULL;
   if (what == NULL)
     return 0;
   return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
