@@ -93,9 +93,10 @@ static bool put_always(sbx_buf_t *b, int family, const struct sbx_net_addr *host
   return any;
 }
 
-/* one family's pins as set elements, comma-separated, with their remaining time */
-static bool put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, size_t n,
-                     uint64_t now_ms)
+/* one family's pins as set elements with their remaining time, comma-separated between open and
+ * close; nothing at all when there is none (nft refuses an empty element list) */
+static void put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, size_t n,
+                     uint64_t now_ms, const char *open, const char *close)
 {
   bool any = false;
   for (size_t i = 0; i < n; i++) {
@@ -110,12 +111,13 @@ static bool put_pins(sbx_buf_t *b, int family, const struct sbx_nft_pin *pins, s
           (pins[k].until_ms > pins[i].until_ms || (pins[k].until_ms == pins[i].until_ms && k < i));
     if (dup)
       continue;
-    sbx__buf_puts(b, any ? ", " : "");
+    sbx__buf_puts(b, any ? ", " : open);
     put_addr(b, &pins[i].addr, 128);
     sbx__buf_printf(b, " timeout %llus", (unsigned long long) ((pins[i].until_ms - now_ms) / 1000));
     any = true;
   }
-  return any;
+  if (any)
+    sbx__buf_puts(b, close);
 }
 
 /* The out chain's rules, each line led by lead (indentation inside a table block, or an
@@ -168,11 +170,9 @@ void sbx__nft_ruleset(sbx_buf_t *b, const sbx_net_policy_t *p,
     sbx__buf_printf(b, "  set always%d { type %s; flags interval; auto-merge; elements = { ", v, t);
     put_always(b, families[f], host_addrs, n_host);
     sbx__buf_puts(b, " } }\n");
-    sbx_buf_t el = {0};
-    put_pins(&el, families[f], pins, n_pins, now_ms);
-    sbx__buf_printf(b, "  set pin%d { type %s; flags timeout; %s%s%s }\n", v, t,
-                    el.len ? "elements = { " : "", el.len ? el.data : "", el.len ? " }" : "");
-    sbx__buf_free(&el);
+    sbx__buf_printf(b, "  set pin%d { type %s; flags timeout; ", v, t);
+    put_pins(b, families[f], pins, n_pins, now_ms, "elements = { ", " }");
+    sbx__buf_puts(b, " }\n");
   }
   sbx__buf_puts(b, "  counter denied { }\n");
   sbx__buf_printf(b,
@@ -201,13 +201,10 @@ void sbx__nft_policy_update(sbx_buf_t *b, const sbx_net_policy_t *p, uint32_t ge
                             const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms)
 {
   sbx__buf_puts(b, "flush chain inet " SBX_NFT_TABLE " out\n");
-  for (int v = 4; v <= 6; v += 2) {
-    sbx__buf_printf(b, "flush set inet " SBX_NFT_TABLE " pin%d\n", v);
-    sbx_buf_t el = {0};
-    if (put_pins(&el, v == 4 ? AF_INET : AF_INET6, pins, n_pins, now_ms))
-      sbx__buf_printf(b, "add element inet " SBX_NFT_TABLE " pin%d { %s }\n", v, el.data);
-    sbx__buf_free(&el);
-  }
+  sbx__buf_puts(b, "flush set inet " SBX_NFT_TABLE " pin4\n");
+  put_pins(b, AF_INET, pins, n_pins, now_ms, "add element inet " SBX_NFT_TABLE " pin4 { ", " }\n");
+  sbx__buf_puts(b, "flush set inet " SBX_NFT_TABLE " pin6\n");
+  put_pins(b, AF_INET6, pins, n_pins, now_ms, "add element inet " SBX_NFT_TABLE " pin6 { ", " }\n");
   put_out_rules(b, "add rule inet " SBX_NFT_TABLE " out ", p, gen);
 }
 
