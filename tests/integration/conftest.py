@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -20,6 +21,13 @@ os.environ.setdefault("SBX_PULL", "never")
 # guest under software emulation sets 5, tests/guest/suite.sh); what a limit asserts about sbx
 # itself (a timeout sbx must enforce) stays as it is
 SLOW = max(1.0, float(os.environ.get("SBX_TEST_SLOW") or 1))
+
+
+def free_port():
+    """A loopback TCP port nothing listens on now (a server started next takes it)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def slow(seconds):

@@ -27,6 +27,7 @@ import pytest
 import json
 import signal
 
+from conftest import free_port
 from test_provisioner import PKEY, SBX, SBXD, Server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -138,11 +139,7 @@ def test_deerflow_remote_backend_and_aio_sandbox(tmp_path, env):
     """DeerFlow's RemoteSandboxBackend, wait_for_sandbox_ready and AioSandbox, its real files,
     through create, the contract, isolation, vanish and recreate, and an sbxd restart."""
     py = _deerflow_python()
-    import socket
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    listen = "127.0.0.1:%d" % port
+    listen = "127.0.0.1:%d" % free_port()
     state = tmp_path / "driver-state.json"
     denv = _binds(dict(env, PYTHONPATH=os.pathsep.join([
         os.path.join(DF_SRC, "backend", "packages", "harness"),
@@ -177,10 +174,7 @@ def test_deerflow_aio_provider(tmp_path, env):
     processes). Its module imports langchain, langgraph and langchain_openai, which no reachable
     registry has: deerflow_llm_placeholders.py stands in for them, and fails if called."""
     py = _deerflow_python()
-    import socket
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        listen = "127.0.0.1:%d" % so.getsockname()[1]
+    listen = "127.0.0.1:%d" % free_port()
     work = tmp_path / "driver"
     work.mkdir()
     harness = os.path.join(DF_SRC, "backend", "packages", "harness")

@@ -4,7 +4,6 @@ runs the same operations on the linux and opensandbox backends and expects the s
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import unicodedata
@@ -12,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, Sbx
+from conftest import BUILD, Sbx, free_port
 from faultproxy import FaultProxy
 
 SBXD = os.path.join(BUILD, "sbxd")
@@ -21,14 +20,6 @@ WS = "/mnt/user-data/workspace"
 OUT = "/mnt/user-data/outputs"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SBXD), reason="build/sbxd is not built")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Sbxd:

@@ -25,19 +25,13 @@ import urllib.parse
 
 import pytest
 
-from conftest import SBX, SOURCE
+from conftest import SBX, SOURCE, free_port
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "images"))
 import mkimage  # noqa: E402
 
 REGISTRY = "/usr/bin/docker-registry"
 SKOPEO = "/usr/bin/skopeo"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Registry:
