@@ -45,8 +45,7 @@ void sbx__nft_ruleset(sbx_buf_t *out, const sbx_net_policy_t *p,
 
 /* The policy's part of a table sbx__nft_ruleset made, as nft commands that replace it: the
  * filter chain's rules and the pin sets (same arguments). The hooks, the always-denied sets and
- * the relay's chain stay: re-registering hooks and re-parsing the fixed sets is most of a whole
- * table's cost, paid at every take of a spare (bench/network.md). */
+ * the relay's chain stay, neither re-registered nor re-parsed. */
 void sbx__nft_policy_update(sbx_buf_t *out, const sbx_net_policy_t *p, uint32_t gen,
                             const struct sbx_nft_pin *pins, size_t n_pins, uint64_t now_ms);
 
