@@ -1,20 +1,25 @@
 /* sbx-net: a sandbox's network enforcer (sandbox.network egress, docs/network.md). One per
  * egress sandbox, started by libsbx after the launch (host/net.c), for the sandbox's life:
  *
- *   sbx-net serve DIR PID START
+ *   sbx-net serve DIR PID START      (fd 3: the sandbox's network namespace)
  *
- * DIR is the sandbox's state folder, PID and START its init (pid and /proc start time). The
+ * DIR is the sandbox's state folder, PID and START its init (pid and /proc start time); the
+ * namespace comes open from libsbx, which had it from the launcher (an ordinary user cannot
+ * open /proc/PID/ns/net of the non-dumpable init). The
  * enforcer makes itself PID 1 of a pid namespace of its own and starts pasta (passt's
  * userspace forwarder) there, attached to the sandbox's network namespace: the tap pasta makes
  * is the sandbox's only way out. If the enforcer dies, the kernel kills pasta with it, its tap
  * goes, and the sandbox has no route left (fail closed). It then enters the sandbox's network
- * namespace (the host's user namespace owns it: nothing inside can change what it sets there),
+ * namespace (owned by the host's user namespace, or rootless by the sandbox's outer one, which
+ * it joins first: nothing inside can change what it sets there),
  * keeps the nftables table (nft.c) in step with net/policy.json (inotify), answers DNS on
- * 127.0.0.53 (resolver.c) with an upstream socket opened before it left the host's namespace,
+ * 127.0.0.53 (resolver.c) with an upstream socket opened before it left the host's namespace
+ * (TCP ones come from a thread that stays there, hostsock.c),
  * reads the denied packets (nflog.c), logs them and counts them (store.h's files), and relays the
  * TCP connections the table redirects to it over host sockets (tcpproxy.c). It exits
  * when the sandbox's init does. Its stdout says "ok" or "error: ..." once it is ready. */
 #include "error.h"
+#include "hostsock.h"
 #include "nflog.h"
 #include "nft.h"
 #include "resolver.h"
@@ -23,6 +28,7 @@
 #include "tcpproxy.h"
 
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -30,6 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -275,6 +282,11 @@ static pid_t start_pasta(int netns_fd, int dirfd, sbx_error_t *err)
   snprintf(ns, sizeof ns, "/proc/self/fd/%d", netns_fd);
   snprintf(pidfile, sizeof pidfile, "/proc/self/fd/%d/" SBX_NET_DIR "/pasta.pid", dirfd);
   unlinkat(dirfd, SBX_NET_DIR "/pasta.pid", 0);
+  /* pasta opens the tap device as whoever we are; said here, not in pasta's log */
+  if (access("/dev/net/tun", R_OK | W_OK) < 0)
+    return sbx__make_error(err, errno, SBX_E_UNSUPPORTED,
+                           "pasta needs /dev/net/tun readable and writable by the user sbx runs "
+                           "as (as root: chmod 0666 /dev/net/tun, Debian's default; `sbx doctor`)");
   pid_t child = fork();
   if (child < 0)
     return sbx__make_error(err, errno, SBX_E_BACKEND, "fork pasta");
@@ -351,13 +363,10 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   if (sbx__read_file_at(AT_FDCWD, "/etc/resolv.conf", 65536, &conf, NULL) == 0 &&
       sbx__resolver_upstream(conf, &up, &up_len) == 0)
     res->up_fd = sbx__resolver_connect(&up, up_len, NULL);
-  /* the way back, for the TCP relay's upstream sockets (tcpproxy.c says why) and the TCP
-   * resolver's upstream connections */
-  cleanup_close int host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (host_ns < 0) {
-    sbx__make_error(&err, errno, SBX_E_BACKEND, "open /proc/self/ns/net");
-    return fail(ready_fd, "keep the host's network namespace", &err);
-  }
+  /* the TCP relay's and the TCP resolver's upstream sockets (hostsock.h says why a thread) */
+  struct sbx_hostsock *host = sbx__hostsock_start(&err);
+  if (host == NULL)
+    return fail(ready_fd, "keep a thread in the host's network namespace", &err);
   pid_t pasta = start_pasta(netns, dirfd, &err);
   if (pasta < 0)
     return fail(ready_fd, "start the sandbox's forwarder", &err);
@@ -370,12 +379,12 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
     return fail(ready_fd, "start the resolver", &err);
   res->hooks = (struct sbx_resolver_hooks){&e, hook_decide, hook_pin, hook_denied};
   struct sbx_resolver_tcp *tcp =
-      sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host_ns, netns, &err);
+      sbx__resolver_tcp_new(res, &up, res->up_fd >= 0 ? up_len : 0, host, &err);
   if (tcp == NULL)
     return fail(ready_fd, "start the resolver (TCP)", &err);
   /* SBX_NET_TCP_MAX lowers the relay's connection cap (the tests' fd cap) */
   const char *max = getenv("SBX_NET_TCP_MAX");
-  e.tcp = sbx__tcpproxy_new(host_ns, netns, max ? strtoul(max, NULL, 10) : 0,
+  e.tcp = sbx__tcpproxy_new(host, max ? strtoul(max, NULL, 10) : 0,
                             (struct sbx_tcpproxy_hooks){&e, hook_tcp_allow, hook_tcp_denied}, &err);
   if (e.tcp == NULL)
     return fail(ready_fd, "start the TCP relay", &err);
@@ -473,7 +482,24 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
 }
 
 /* The record host/net.c reads to stop us: "pid=N\nstart=N\n" (host pid). */
+#define NETNS_FD 3 /* the sandbox's network namespace, from libsbx (host/net.c) */
 #define RECORD SBX_NET_DIR "/enforcer"
+
+/* Rootless (docs/network.md): the sandbox's network namespace belongs to the sandbox's outer
+ * user namespace, which the user owns; joined (we are single-threaded here), we hold every
+ * capability over the network namespace (the table, port 53, pasta's tap) and none over the
+ * host's. The sandbox's own root, one user namespace further in, holds none over either. As
+ * root the owner is ours already: nothing to do. */
+static int join_owner(int netns)
+{
+  cleanup_close int owner = ioctl(netns, NS_GET_USERNS);
+  struct stat a, b;
+  if (owner < 0 || fstat(owner, &a) < 0 || stat("/proc/self/ns/user", &b) < 0)
+    return -1;
+  if (a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    return 0;
+  return setns(owner, CLONE_NEWUSER);
+}
 
 static int serve_main(const char *dir, long pid, unsigned long long start)
 {
@@ -486,11 +512,18 @@ static int serve_main(const char *dir, long pid, unsigned long long start)
   /* the sandbox's init and namespace, while its pid means something to us (not in our own pid
    * namespace) */
   cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
-  cleanup_close int netns = open(path, O_RDONLY | O_CLOEXEC);
-  if (pidfd < 0 || netns < 0 || sbx__proc_start_time(pid) != start) {
+  cleanup_close int netns = fcntl(NETNS_FD, F_DUPFD_CLOEXEC, 3);
+  close(NETNS_FD);
+  if (netns < 0 || ioctl(netns, NS_GET_NSTYPE) != CLONE_NEWNET) {
+    printf("error: fd %d is not the sandbox's network namespace\n", NETNS_FD);
+    return 1;
+  }
+  if (pidfd < 0 || sbx__proc_start_time(pid) != start) {
     printf("error: the sandbox's init (pid %ld) is gone\n", pid);
+    return 1;
+  }
+  if (join_owner(netns) < 0) {
+    printf("error: join the user namespace that owns the sandbox's network: %s\n", strerror(errno));
     return 1;
   }
   int p[2];
@@ -538,7 +571,7 @@ int main(int argc, char **argv)
     }
     return serve_main(argv[2], pid, start);
   }
-  fprintf(stderr, "usage: sbx-net serve DIR PID START\n"
+  fprintf(stderr, "usage: sbx-net serve DIR PID START  (fd 3: the sandbox's network namespace)\n"
                   "  the network enforcer of an egress sandbox (started by libsbx)\n");
   return 2;
 }

@@ -4,7 +4,6 @@
 #include "util.h"
 
 #include <arpa/inet.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -26,7 +25,8 @@ struct conn {
 
 struct sbx_resolver_tcp {
   struct sbx_resolver *r;
-  int ep, listen_fd, host_ns, sandbox_ns;
+  int ep, listen_fd;
+  struct sbx_hostsock *host; /* the upstream is reached from the host's namespace, as on UDP */
   struct sockaddr_storage up;
   socklen_t up_len;
   struct conn conns[SBX_RESOLVER_TCP_CONNS];
@@ -79,21 +79,6 @@ static void reply_code(struct conn *c, int rcode)
     put_out(c, msg, n);
 }
 
-/* a socket made in the host's namespace: the upstream is reached from there, as on UDP. If the
- * thread cannot go back into the sandbox's, later netlink sockets (the nftables table) would
- * act on the host's namespace: dying is the fail-closed answer (pasta dies with us). */
-static int host_socket(struct sbx_resolver_tcp *t)
-{
-  if (setns(t->host_ns, CLONE_NEWNET) < 0)
-    return -1;
-  int fd = socket(t->up.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int saved = errno;
-  if (setns(t->sandbox_ns, CLONE_NEWNET) < 0)
-    abort();
-  errno = saved;
-  return fd;
-}
-
 /* the query at the head of c->in: answered at once (denied, garbage) or sent upstream */
 static int start_query(struct sbx_resolver_tcp *t, struct conn *c, const uint8_t *msg, size_t len)
 {
@@ -106,7 +91,8 @@ static int start_query(struct sbx_resolver_tcp *t, struct conn *c, const uint8_t
     reply_code(c, SBX_DNS_RCODE_NXDOMAIN);
     return 0;
   }
-  int fd = t->up_len ? host_socket(t) : -1;
+  int fd =
+      t->up_len ? sbx__hostsock_socket(t->host, t->up.ss_family, SOCK_STREAM | SOCK_NONBLOCK) : -1;
   if (fd < 0 || (connect(fd, (struct sockaddr *) &t->up, t->up_len) < 0 && errno != EINPROGRESS)) {
     if (fd >= 0)
       close(fd);
@@ -315,7 +301,7 @@ int sbx__resolver_tcp_fd(const struct sbx_resolver_tcp *t)
 
 struct sbx_resolver_tcp *sbx__resolver_tcp_new(struct sbx_resolver *r,
                                                const struct sockaddr_storage *up, socklen_t up_len,
-                                               int host_ns, int sandbox_ns, sbx_error_t *err)
+                                               struct sbx_hostsock *host, sbx_error_t *err)
 {
   cleanup_close int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(53)};
@@ -335,8 +321,7 @@ struct sbx_resolver_tcp *sbx__resolver_tcp_new(struct sbx_resolver *r,
   t->r = r;
   t->ep = ep;
   t->listen_fd = steal_fd(&fd);
-  t->host_ns = host_ns;
-  t->sandbox_ns = sandbox_ns;
+  t->host = host;
   if (up_len) {
     t->up = *up;
     t->up_len = up_len;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "hostsock.h"
 #include "resolver.h"
 
 #define SBX_RESOLVER_TCP_CONNS 32        /* clients at once; one more is refused (closed) */
@@ -16,13 +17,12 @@
 
 struct sbx_resolver_tcp;
 
-/* Listens on SBX_RESOLVER_ADDR:53 (TCP) in the calling thread's namespace (the sandbox's,
- * sandbox_ns). Upstream connections are made in host_ns (entered and left again around each
- * socket()), to up (port 53); up_len 0: no upstream (allowed names get SERVFAIL). The
- * namespace fds and r (for its hooks) must outlive the result. */
+/* Listens on SBX_RESOLVER_ADDR:53 (TCP) in the calling thread's namespace (the sandbox's).
+ * Upstream connections are made from host's sockets, to up (port 53); up_len 0: no upstream
+ * (allowed names get SERVFAIL). host and r (for its hooks) must outlive the result. */
 struct sbx_resolver_tcp *sbx__resolver_tcp_new(struct sbx_resolver *r,
                                                const struct sockaddr_storage *up, socklen_t up_len,
-                                               int host_ns, int sandbox_ns, sbx_error_t *err);
+                                               struct sbx_hostsock *host, sbx_error_t *err);
 void sbx__resolver_tcp_free(struct sbx_resolver_tcp *t);
 /* The epoll fd: readable when something is to be done. */
 int sbx__resolver_tcp_fd(const struct sbx_resolver_tcp *t);

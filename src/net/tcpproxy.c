@@ -3,11 +3,8 @@
  * the loop), with IN while its direction's pipe has room and OUT while the other direction's
  * pipe holds data for it.
  *
- * Why upstream sockets come from setns() around socket(): a socket belongs to the namespace it
- * was made in for its life, and the enforcer is one thread, so two setns calls per connection
- * (microseconds) get a host socket without another process to feed them to us over SCM_RIGHTS
- * and to keep alive and fail closed with. If returning to the sandbox's namespace fails, the
- * enforcer exits (fail closed) rather than serve the sandbox from the host's. */
+ * Upstream sockets come from the host's namespace (hostsock.h): the relay runs in the
+ * sandbox's, where its listeners are. */
 #include "tcpproxy.h"
 
 #include "error.h"
@@ -18,7 +15,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +62,8 @@ struct conn {
 };
 
 struct sbx_tcpproxy {
-  int ep, host_ns, sandbox_ns;
+  int ep;
+  struct sbx_hostsock *host;
   int lfd[2];
   struct ref lref[2];
   uint16_t port;
@@ -260,21 +257,6 @@ static void refuse(struct sbx_tcpproxy *t, int fd, const struct sbx_net_addr *a,
   }
 }
 
-static int host_socket(struct sbx_tcpproxy *t, int family)
-{
-  if (setns(t->host_ns, CLONE_NEWNET) < 0)
-    return -1;
-  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int saved = errno;
-  if (setns(t->sandbox_ns, CLONE_NEWNET) < 0) {
-    fprintf(stderr, "sbx-net: cannot return to the sandbox's network namespace: %s\n",
-            strerror(errno));
-    _exit(1);
-  }
-  errno = saved;
-  return fd;
-}
-
 static void take(struct sbx_tcpproxy *t, int fd, int family)
 {
   struct sockaddr_storage dst, self;
@@ -307,7 +289,7 @@ static void take(struct sbx_tcpproxy *t, int fd, int family)
     reset_close(fd);
     return;
   }
-  int up = host_socket(t, family);
+  int up = sbx__hostsock_socket(t->host, family, SOCK_STREAM | SOCK_NONBLOCK);
   if (up < 0) {
     reset_close(fd);
     return;
@@ -473,12 +455,11 @@ static int listen_on(int family, uint16_t port, uint16_t *got)
   return fd;
 }
 
-struct sbx_tcpproxy *sbx__tcpproxy_new(int host_ns, int sandbox_ns, size_t max_conns,
+struct sbx_tcpproxy *sbx__tcpproxy_new(struct sbx_hostsock *host, size_t max_conns,
                                        struct sbx_tcpproxy_hooks hooks, sbx_error_t *err)
 {
   struct sbx_tcpproxy *t = xzalloc(sizeof *t);
-  t->host_ns = host_ns;
-  t->sandbox_ns = sandbox_ns;
+  t->host = host;
   t->hooks = hooks;
   t->lfd[0] = t->lfd[1] = -1;
   t->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -12,6 +12,7 @@
 
 #include <sbx/error.h>
 
+#include "hostsock.h"
 #include "policy.h"
 
 #define SBX_TCPPROXY_MAX_CONNS 512    /* relayed connections per sandbox (6 fds each) */
@@ -28,10 +29,10 @@ struct sbx_tcpproxy_hooks {
 
 struct sbx_tcpproxy;
 
-/* Listeners in the calling thread's network namespace, which must be sandbox_ns; upstream
- * sockets are made in host_ns (both fds are kept, not owned). max_conns lowers the default cap
- * (0: the default); the cap is lowered further to what RLIMIT_NOFILE allows. */
-struct sbx_tcpproxy *sbx__tcpproxy_new(int host_ns, int sandbox_ns, size_t max_conns,
+/* Listeners in the calling thread's network namespace, which must be the sandbox's; upstream
+ * sockets come from host (kept, not owned). max_conns lowers the default cap (0: the default);
+ * the cap is lowered further to what RLIMIT_NOFILE allows. */
+struct sbx_tcpproxy *sbx__tcpproxy_new(struct sbx_hostsock *host, size_t max_conns,
                                        struct sbx_tcpproxy_hooks hooks, sbx_error_t *err);
 void sbx__tcpproxy_free(struct sbx_tcpproxy *t);
 

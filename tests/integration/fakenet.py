@@ -45,6 +45,22 @@ HOST_ADDR6 = "2001:db8:77::77"
 CLONE_NEWNET = 0x40000000
 
 
+class Wrapped:
+    """For the tests' Sbx drivers (class NetSbx(fakenet.Wrapped, Sbx)): sbx run in net's host
+    namespace, as root, or as user (a test_rootless.User: its copy of sbx, a home it owns)."""
+
+    def __init__(self, home, config, net, user=None, tun_mode=0o666):
+        super().__init__(home, config)
+        self.net = net
+        self.user = user
+        self.tun_mode = tun_mode
+
+    def cmd(self, *args):
+        c = super().cmd(*args)
+        return self.net.wrap([self.user.sbx] + c[1:] if self.user else c, self.user,
+                             self.tun_mode)
+
+
 def available():
     return os.geteuid() == 0 and shutil.which("pasta") and shutil.which("nft") and \
         shutil.which("ip") and shutil.which("nsenter")
@@ -137,11 +153,20 @@ class FakeNet:
                 if time.monotonic() > deadline:
                     raise RuntimeError("fake internet: %s unreachable from %s" % (url, ns))
 
-    def wrap(self, cmd):
-        """cmd run in the host namespace, with the fake resolv.conf (a mount of its own)."""
+    def wrap(self, cmd, user=None, tun_mode=0o666):
+        """cmd run in the host namespace, with the fake resolv.conf (a mount of its own); as
+        user (test_rootless.User) if given, with a /dev/net/tun of that mount namespace's own
+        of tun_mode (0666, Debian's: anyone may open it; the host's may be 0600, and stays as
+        it is)."""
+        script = 'mount --bind "$0" /etc/resolv.conf'
+        as_user = []
+        if user is not None:
+            script += (" && mount -t tmpfs -o mode=755 sbx-tun /dev/net"
+                       " && mknod -m %o /dev/net/tun c 10 200" % tun_mode)
+            as_user = ["setpriv", "--reuid=%d" % user.uid, "--regid=%d" % user.gid,
+                       "--init-groups", "--", "env", "HOME=" + user.home_dir, "USER=" + user.name]
         return ["nsenter", "--net=/run/netns/" + self.host, "unshare", "-m", "--propagation",
-                "private", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"',
-                self.resolv] + list(cmd)
+                "private", "sh", "-c", script + ' && exec "$@"', self.resolv] + as_user + list(cmd)
 
     def forward(self, port, addr="127.0.0.1"):
         """A port on 127.0.0.1 of the caller's namespace whose connections go to addr:port in

@@ -2,6 +2,7 @@
 namespaces (fakenet.py). sbx runs in the fake internet's "host" namespace; every test is offline
 and leaves the machine's own network as it was."""
 import fcntl
+import glob
 import json
 import os
 import re
@@ -27,13 +28,13 @@ def net():
     n.close()
 
 
-class NetSbx(conftest.Sbx):
-    def __init__(self, home, config, net):
-        super().__init__(home, config)
-        self.net = net
+class NetSbx(fakenet.Wrapped, conftest.Sbx):
+    pass
 
-    def cmd(self, *args):
-        return self.net.wrap(super().cmd(*args))
+
+# rootless egress (docs/network.md, Rootless): every test that takes `egress` runs twice, once
+# as root and once as an ordinary user made for the module (test_rootless's, with subids)
+from test_rootless import bindir, user  # noqa: E402,F401 (the fixtures)
 
 
 def policy_yaml(default, rules):
@@ -44,18 +45,30 @@ def policy_yaml(default, rules):
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def egress(tmp_path, net):
+@pytest.fixture(params=["root", "rootless"])
+def egress(request, tmp_path, net):
     made = []
+    u = request.getfixturevalue("user") if request.param == "rootless" else None
+    top = str(tmp_path)
+    if u is not None:
+        # the user's own folder: pytest's tmp_path is below one of root's it cannot enter
+        top = os.path.join(u.home_dir, "net-" + os.path.basename(str(tmp_path)))
+        os.mkdir(top)
+        os.chown(top, u.uid, u.gid)
 
     def factory(default="deny", rules=(), extra=""):
         n = len(made)
-        cfg = tmp_path / ("net-%d.yaml" % n)
-        cfg.write_text("sandbox:\n  network: egress\n" + policy_yaml(default, list(rules)) + extra)
-        s = NetSbx(tmp_path / ("home-%d" % n), str(cfg), net)
+        cfg = os.path.join(top, "net-%d.yaml" % n)
+        with open(cfg, "w") as f:
+            f.write("sandbox:\n  network: egress\n" + policy_yaml(default, list(rules)) + extra)
+        home = os.path.join(top, "home-%d" % n)
+        if u is not None:
+            os.chown(cfg, u.uid, u.gid)
+        s = NetSbx(home, cfg, net, u)
         made.append(s)
         return s
 
+    factory.rootless = u is not None
     yield factory
     for s in made:
         s.down()
@@ -232,6 +245,12 @@ def test_enforcer_outlives_front_ends_and_fails_closed(egress):
     s = egress("allow")
     assert probes(s, "t", a="http://pypi.test:8080/") == {"a": "ok"}
     pid = enforcer_pid(s, "t")
+    # it runs as whoever ran sbx (rootless: the user, in the sandbox's outer user namespace)
+    with open("/proc/%d/status" % pid) as f:
+        uids = re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)
+    assert int(uids) == (s.user.uid if s.user else 0), uids
+    if s.user:
+        assert os.readlink("/proc/%d/ns/user" % pid) != os.readlink("/proc/self/ns/user")
     # every CLI call is a new front-end: the same enforcer serves the sandbox
     s.ok("ps")
     assert probes(s, "t", a="http://pypi.test:8080/") == {"a": "ok"}
@@ -243,6 +262,29 @@ def test_enforcer_outlives_front_ends_and_fails_closed(egress):
         time.sleep(0.02)
     r = s.sh("t", "ip route; " + CURL % ("http://203.0.113.10:8080/", "lit", "lit"))
     assert "lit=fail" in r["stdout"] and "default" not in r["stdout"], r
+
+
+def test_rootless_without_a_usable_tun_device_is_refused_in_one_line(net, user):
+    """pasta opens /dev/net/tun as the user: a host where it is 0600 (as here, in a mount
+    namespace of the test's own) refuses egress naming the device and the fix, and leaves no
+    sandbox or enforcer behind."""
+    top = os.path.join(user.home_dir, "tun600")
+    os.makedirs(top, exist_ok=True)
+    os.chown(top, user.uid, user.gid)
+    cfg = os.path.join(top, "net.yaml")
+    with open(cfg, "w") as f:
+        f.write("sandbox:\n  network: egress\n")
+    s = NetSbx(os.path.join(top, "home"), cfg, net, user, tun_mode=0o600)
+    try:
+        p = s.run("exec", "-t", "t", "--", "true")
+        err = p.stderr.decode()
+        assert p.returncode == 1, err
+        assert "pasta needs /dev/net/tun readable and writable" in err, err
+        assert "chmod 0666 /dev/net/tun" in err, err
+        assert s.ps() == [], s.ps()
+        assert not glob.glob(os.path.join(s.home, "sandboxes", "*", "net", "enforcer")), err
+    finally:
+        s.down()
 
 
 def test_destroy_stops_the_enforcer(egress):
@@ -261,6 +303,8 @@ def test_destroy_stops_the_enforcer(egress):
 
 
 def test_spare_takes_its_policy(egress):
+    if egress.rootless:
+        pytest.skip("spares are off rootless (docs/hosts.md)")
     s = egress("deny", [("allow", "pypi.test")], extra="  spares: 1\n")
     s.ok("run", "--", "true")
     spare_home = os.path.join(s.home, "spare", "sandboxes")

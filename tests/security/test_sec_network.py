@@ -31,26 +31,45 @@ def net():
     n.close()
 
 
-class NetSbx(sbxsec.Sbx):
-    def __init__(self, home, config, net):
-        super().__init__(home, config)
-        self.net = net
-
-    def cmd(self, *args):
-        return self.net.wrap(super().cmd(*args))
+class NetSbx(fakenet.Wrapped, sbxsec.Sbx):
+    pass
 
 
-@pytest.fixture
-def box(tmp_path, net):
+# Every escape runs twice: as root, and as an ordinary user (rootless egress: the rules sit in
+# a network namespace of the sandbox's outer user namespace, the sandbox's root one further in)
+_rl_spec = importlib.util.spec_from_file_location(
+    "sbx_test_rootless_net", os.path.join(sbxsec.SOURCE, "tests", "integration", "test_rootless.py"))
+_rl = importlib.util.module_from_spec(_rl_spec)
+_rl_spec.loader.exec_module(_rl)
+bindir = _rl.bindir  # the fixtures: a user with subordinate ids and its copy of sbx
+user = _rl.user
+
+
+def _box(request, tmp_path, net, text):
+    u = request.getfixturevalue("user") if request.param == "rootless" else None
+    top = str(tmp_path)
+    if u is not None:
+        top = os.path.join(u.home_dir, "sec-" + os.path.basename(str(tmp_path)))
+        os.mkdir(top)
+        os.chown(top, u.uid, u.gid)
+    cfg = os.path.join(top, "net.yaml")
+    with open(cfg, "w") as f:
+        f.write(text)
+    if u is not None:
+        os.chown(cfg, u.uid, u.gid)
+    return NetSbx(os.path.join(top, "home"), cfg, net, u)
+
+
+@pytest.fixture(params=["root", "rootless"])
+def box(request, tmp_path, net):
     """A sandbox allowed pypi.test and rebind.test / hostaddr.test (names answering a private
     and a host address), everything else denied."""
-    cfg = tmp_path / "net.yaml"
-    cfg.write_text("sandbox:\n  network: egress\n  network_policy:\n    defaultAction: deny\n"
-                   "    egress:\n"
-                   "      - {action: allow, target: pypi.test}\n"
-                   "      - {action: allow, target: rebind.test}\n"
-                   "      - {action: allow, target: hostaddr.test}\n")
-    s = NetSbx(tmp_path / "home", str(cfg), net)
+    s = _box(request, tmp_path, net,
+             "sandbox:\n  network: egress\n  network_policy:\n    defaultAction: deny\n"
+             "    egress:\n"
+             "      - {action: allow, target: pypi.test}\n"
+             "      - {action: allow, target: rebind.test}\n"
+             "      - {action: allow, target: hostaddr.test}\n")
     yield s
     s.down()
 
@@ -213,11 +232,10 @@ def test_relay_refuses_direct_connections(box):
                "TCP relay" in e["rule"] for e in log), log
 
 
-@pytest.fixture
-def openbox(tmp_path, net):
-    cfg = tmp_path / "open.yaml"
-    cfg.write_text("sandbox:\n  network: egress\n  network_policy:\n    defaultAction: allow\n")
-    s = NetSbx(tmp_path / "home", str(cfg), net)
+@pytest.fixture(params=["root", "rootless"])
+def openbox(request, tmp_path, net):
+    s = _box(request, tmp_path, net,
+             "sandbox:\n  network: egress\n  network_policy:\n    defaultAction: allow\n")
     yield s
     s.down()
 
@@ -246,3 +264,23 @@ def test_relay_rechecks_what_the_filter_let_through(openbox):
     rules = {e["target"]: e["rule"] for e in log}
     assert rules.get("%s:8080/tcp" % fakenet.HOST_ADDR, "").startswith("always-denied: host"), log
     assert rules.get("10.77.0.1:8080/tcp") == "always-denied: 10.0.0.0/8", log
+
+
+def test_rootless_rules_belong_to_the_outer_user_namespace(box):
+    """Rootless, what keeps root inside off the rules is only which user namespace owns the
+    network namespace. The positive control: the user that ran sbx, joining the enforcer's
+    (outer) user namespace, reads and could change the table; root inside, one namespace
+    further in, cannot even list it."""
+    if box.user is None:
+        pytest.skip("rootless only (as root the host's user namespace owns the rules)")
+    u = box.user
+    out = run(box, "cat /proc/self/uid_map; nft list table inet sbx >/dev/null 2>&1 && "
+                   "echo inside=worked || echo inside=refused")
+    assert "inside=refused" in out, out
+    # the sandbox's ids are the outer namespace's, one to one (root inside is the user)
+    assert re.search(r"^\s*0\s+0\s+1$", out, re.M), out
+    pid, _ = enforcer_pid(box)
+    p = subprocess.run(["setpriv", "--reuid=%d" % u.uid, "--regid=%d" % u.gid, "--init-groups",
+                        "nsenter", "--preserve-credentials", "-U", "-n", "-t", str(pid),
+                        "nft", "list", "table", "inet", "sbx"], capture_output=True, text=True)
+    assert p.returncode == 0 and "chain out" in p.stdout, (p.returncode, p.stderr)

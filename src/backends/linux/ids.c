@@ -27,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/nsfs.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -421,4 +423,39 @@ int sbx__ids_map_sub(pid_t pid, uint32_t uid_count, uint32_t sub_uid, uint32_t s
     return -1;
   snprintf(map, sizeof map, "0 %u 1\n", (unsigned) getegid());
   return write_proc(pid, "gid_map", map, err);
+}
+
+/* Rootless egress (launch.c): pid's user namespace is a child of the one the launch mapped;
+ * only a process in that parent may write its maps, and the launcher is not in it. A helper
+ * joins it (the user owns it: every capability there) and maps the child one to one. */
+int sbx__ids_map_nested(pid_t pid, uint32_t count, sbx_error_t *err)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+  cleanup_close int ns = open(path, O_RDONLY | O_CLOEXEC);
+  cleanup_close int parent = ns < 0 ? -1 : ioctl(ns, NS_GET_PARENT);
+  if (parent < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "find the sandbox's outer user namespace");
+  pid_t helper = fork();
+  if (helper < 0)
+    return sbx__make_error(err, errno, SBX_E_INTERNAL, "fork");
+  if (helper == 0) {
+    /* an extent must lie within one of the parent's: the user's own id and its subordinate
+     * range are two */
+    char map[64];
+    if (count > 1)
+      snprintf(map, sizeof map, "0 0 1\n1 1 %u\n", (unsigned) count - 1);
+    else
+      snprintf(map, sizeof map, "0 0 1\n");
+    _exit(setns(parent, CLONE_NEWUSER) < 0 || write_proc(pid, "uid_map", map, NULL) < 0 ||
+                  write_proc(pid, "gid_map", map, NULL) < 0
+              ? 1
+              : 0);
+  }
+  int status = 0;
+  if (TEMP_FAILURE_RETRY(waitpid(helper, &status, 0)) < 0 || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return sbx__make_error(err, EPERM, SBX_E_INTERNAL,
+                           "map the sandbox's inner user namespace (rootless egress)");
+  return 0;
 }

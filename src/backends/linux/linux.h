@@ -64,6 +64,9 @@ int sbx__ids_map_rootless(pid_t pid, const struct sbx_launch_spec *s, sbx_error_
  * sub_uid/sub_gid. */
 int sbx__ids_map_sub(pid_t pid, uint32_t uid_count, uint32_t sub_uid, uint32_t sub_gid,
                      sbx_error_t *err);
+/* Rootless egress: maps pid's user namespace, a child of the launch's, one to one over its
+ * count ids (through a helper in the parent). */
+int sbx__ids_map_nested(pid_t pid, uint32_t count, sbx_error_t *err);
 /* Rootless images (docs/hosts.md): the store slice, the user's first subordinate slot, which
  * the image store's layers are extracted with and every image sandbox maps (an image sandbox's
  * sbx__ids_rootless gives it). false: no subordinate ids (the user alone). */
@@ -120,6 +123,10 @@ struct sbx_launch_spec {
    * sub_uid/sub_gid up when uid_count > 1) */
   bool rootless;
   uint32_t uid_count, sub_uid, sub_gid;
+  /* launcher only: egress, the sandbox's network namespace, opened while its PID 1 could still
+   * be looked into (confine.c makes it non-dumpable: an ordinary user cannot open it after);
+   * it travels with the launcher's reply to the enforcer (host/net.c), or -1 */
+  int netns_fd;
   /* per tree ([0] the thread folder, [1..] the mounts): its owner when the launcher looked, and
    * a user namespace idmapping it to that owner (ids.c), or -1; NULL without idmapping */
   struct sbx_tree_owner {
@@ -163,9 +170,10 @@ int sbx__disk_mount(const char *img, const char *at, sbx_error_t *err);
 struct sbx_config;
 bool sbx__linux_egress(const struct sbx_config *c);
 struct sbx_instance;
-/* Starts the sandbox's enforcer (sbx-net) once its init runs; a sandbox with a policy to start
- * with (not a spare's) gets net/policy.json first. */
-int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err);
+/* Starts the sandbox's enforcer (sbx-net) once its init runs, handing it netns_fd (the
+ * sandbox's network namespace, the launcher's); a sandbox with a policy to start with (not a
+ * spare's) gets net/policy.json first. */
+int sbx__linux_net_start(struct sbx_instance *in, int netns_fd, sbx_error_t *err);
 /* A spare taken: the new sandbox's policy (in force within milliseconds; until then the
  * spare's deny-all). */
 int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err);

@@ -197,12 +197,9 @@ static int linux_precheck(const struct sbx_instance *in, sbx_error_t *err)
   if (geteuid() == 0)
     return 0;
   const struct sbx_config *c = in->cfg;
-  /* egress: the enforcer's table must sit in a network namespace the sandbox's root holds no
-   * capability over, which today is the host's user namespace (docs/network.md, Rootless) */
-  const char *what = c->user_data_size_mib  ? "sandbox.user_data_size_mib (a loop-mounted quota)"
-                     : c->disk_mib          ? "sandbox.disk_mib (a loop-mounted disk)"
-                     : sbx__linux_egress(c) ? "sandbox.network egress (the enforcer's namespace)"
-                                            : NULL;
+  const char *what = c->user_data_size_mib ? "sandbox.user_data_size_mib (a loop-mounted quota)"
+                     : c->disk_mib         ? "sandbox.disk_mib (a loop-mounted disk)"
+                                           : NULL;
   if (what == NULL)
     return 0;
   return sbx__make_error(err, EPERM, SBX_E_UNSUPPORTED,
@@ -276,8 +273,10 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   sbx__buf_free(&payload);
   sbx_frame_hdr_t hdr = {0};
   cleanup_free char *reply = NULL;
+  /* egress: the sandbox's network namespace comes with the reply (linux.h says why) */
+  cleanup_close int netns = -1;
   if (r == 0)
-    r = sbx__frame_recv(ours, &hdr, &reply, SBX_PROTO_MAX_PAYLOAD);
+    r = sbx__frame_recv_fd(ours, &hdr, &reply, SBX_PROTO_MAX_PAYLOAD, &netns);
   int saved = errno;
   int status = 0;
   if (r < 0)
@@ -311,7 +310,7 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   free(in->meta.cgroups);
   in->meta.cgroups = cgroups;
   /* the caller destroys a sandbox whose create failed (its enforcer with it) */
-  if (sbx__linux_egress(in->cfg) && sbx__linux_net_start(in, err) < 0)
+  if (sbx__linux_egress(in->cfg) && sbx__linux_net_start(in, netns, err) < 0)
     return -1;
   return 0;
 }

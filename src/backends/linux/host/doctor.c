@@ -270,6 +270,21 @@ static void check_rootless(struct report *r, const char *home)
          "them fails (apt, useradd inside)",
          !tools ? "no newuidmap/newgidmap" : "no /etc/subuid and /etc/subgid entry of 65535+ ids");
   }
+  /* sandbox.network egress: pasta opens the tap device as the user (docs/network.md, Rootless) */
+  struct stat tun;
+  bool pasta = tool_on_path("pasta"), has_tun = stat("/dev/net/tun", &tun) == 0;
+  bool tun_ok = has_tun && access("/dev/net/tun", R_OK | W_OK) == 0;
+  if (pasta && tun_ok)
+    line(r, OK, "egress", NULL, "sandbox.network egress works (pasta, /dev/net/tun)");
+  else
+    line(r, WARN, "egress",
+         !pasta ? "apt-get install passt (as root)"
+                : "chmod 0666 /dev/net/tun (as root; Debian's udev rule makes it so), or run sbx "
+                  "as root",
+         "%s: sandbox.network egress fails",
+         !pasta     ? "no pasta on PATH (Debian's passt)"
+         : !has_tun ? "no /dev/net/tun"
+                    : "/dev/net/tun is not readable and writable by you");
   const char *h = home && *home ? home : getenv("SBX_HOME");
   if (h == NULL || *h == '\0')
     h = sbx__default_home();

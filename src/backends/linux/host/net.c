@@ -65,8 +65,11 @@ static int write_policy(struct sbx_instance *in, sbx_error_t *err)
   return 0;
 }
 
-int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err)
+int sbx__linux_net_start(struct sbx_instance *in, int netns_fd, sbx_error_t *err)
 {
+  if (netns_fd < 0)
+    return sbx__make_error(err, EPROTO, SBX_E_INTERNAL,
+                           "sandbox %s: the launcher sent no network namespace", in->meta.id);
   if (in->provider != NULL && write_policy(in, err) < 0)
     return -1;
   cleanup_free char *exe = enforcer_path();
@@ -80,7 +83,8 @@ int sbx__linux_net_start(struct sbx_instance *in, sbx_error_t *err)
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDWR, 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, 0, 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawn_file_actions_adddup2(&fa, netns_fd, 3); /* sbx-net's fd 3 */
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
   char verb[] = "serve";
   char *argv[] = {exe, verb, in->dir, pid, start, NULL};
   pid_t child;

@@ -40,8 +40,9 @@ static int bind_ctl_socket(int dirfd, sbx_error_t *err)
   return steal_fd(&fd);
 }
 
-/* Child -> launcher messages on the sync pipe: 'M' (map my user namespace), 'R' (ready), or
- * 'E' followed by "KIND STATUS message". Launcher -> child: 'M' (mapped). */
+/* Child -> launcher messages on the sync pipe: 'M' (map my user namespace), 'N' (map my inner
+ * one: rootless egress), 'R' (ready), or 'E' followed by "KIND STATUS message". Launcher ->
+ * child: 'M' (mapped). */
 static void child_fail(int fd, sbx_error_t *err)
 {
   char buf[1024];
@@ -73,6 +74,28 @@ static void enter_userns(const struct sbx_launch_spec *s, unsigned owner, int sy
     _exit(1);
   if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
     sbx__make_error(&err, errno, SBX_E_INTERNAL, "become root of the user namespace");
+    child_fail(sync_w, &err);
+  }
+}
+
+/* Rootless egress: every namespace made so far, the network one above all (the enforcer's
+ * table goes there), belongs to the user namespace we were born in. The sandbox gets a child
+ * of it, mapped one to one, so that its root holds no capability over them, as with root's
+ * launch (docs/network.md, Rootless); the launcher maps it through a helper ('N'). */
+static void enter_nested_userns(const struct sbx_launch_spec *s, int sync_w, int sync_r)
+{
+  sbx_error_t err = NULL;
+  char c = 'N';
+  if (unshare(CLONE_NEWUSER) < 0) {
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "unshare the inner user namespace");
+    child_fail(sync_w, &err);
+  }
+  if (write(sync_w, &c, 1) != 1 || read(sync_r, &c, 1) != 1 || c != 'M')
+    _exit(1);
+  /* the single mapping denied setgroups in the outer namespace; the inner one inherits that */
+  if (setresgid(0, 0, 0) < 0 || (s->uid_count > 1 && setgroups(0, NULL) < 0) ||
+      setresuid(0, 0, 0) < 0) {
+    sbx__make_error(&err, errno, SBX_E_INTERNAL, "become root of the inner user namespace");
     child_fail(sync_w, &err);
   }
 }
@@ -137,6 +160,8 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
   }
   if (!s->rootless)
     enter_userns(s, owner, sync_w, sync_r);
+  else if (s->net_egress)
+    enter_nested_userns(s, sync_w, sync_r);
   if (sbx__confine(&err) < 0)
     child_fail(sync_w, &err);
   c = 'R';
@@ -279,6 +304,15 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
   if (pid < 0)
     return sbx__make_error(err, saved, SBX_E_INTERNAL, "clone the sandbox%s",
                            s->rootless ? " (as an ordinary user: run `sbx doctor`)" : "");
+  if (s->net_egress) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) pid);
+    s->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->netns_fd < 0) {
+      sbx__make_error(err, errno, SBX_E_INTERNAL, "open the sandbox's network namespace");
+      goto fail_child;
+    }
+  }
   if (s->rootless) {
     if (sbx__ids_map_rootless(pid, s, err) < 0)
       goto fail_child;
@@ -312,6 +346,15 @@ static int launch_in(struct sbx_launch_spec *s, pid_t *out_pid, struct sbx_cgrou
     }
     s->uid_base = base;
     if (write_map(pid, "uid_map", base, err) < 0 || write_map(pid, "gid_map", base, err) < 0)
+      goto fail_child_cg;
+    if (write(wr, "M", 1) != 1) {
+      sbx__make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
+      goto fail_child_cg;
+    }
+    n = TEMP_FAILURE_RETRY(read(rd, buf, sizeof buf - 1));
+  }
+  if (n == 1 && buf[0] == 'N' && s->rootless && s->net_egress) {
+    if (sbx__ids_map_nested(pid, s->uid_count, err) < 0)
       goto fail_child_cg;
     if (write(wr, "M", 1) != 1) {
       sbx__make_error(err, errno, SBX_E_INTERNAL, "signal the sandbox");
@@ -367,6 +410,7 @@ int sbx__launch_main(int fd)
     sbx__frame_send_error(fd, hdr.req, SBX_E_INTERNAL, 0, "malformed launch spec");
     return 2;
   }
+  spec.netns_fd = -1;
   sbx_error_t err = NULL;
   struct sbx_cgroup cg = {0};
   pid_t pid = 0;
@@ -391,7 +435,10 @@ int sbx__launch_main(int fd)
     sbx__tlv_put_u64(&w, SBX_T_PID, (uint64_t) pid);
     sbx__tlv_put_u64(&w, SBX_T_UID, spec.uid_base);
     sbx__tlv_put_str(&w, SBX_T_TEXT, cgs);
-    if (sbx__frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w) < 0) {
+    int sent = spec.netns_fd >= 0 ? sbx__frame_send_fd(fd, SBX_MSG_OK, hdr.req, w.buf.data,
+                                                       w.buf.len, spec.netns_fd)
+                                  : sbx__frame_send_tlv(fd, SBX_MSG_OK, hdr.req, &w);
+    if (sent < 0) {
       /* the creator is gone before learning of the sandbox: nobody would ever use it */
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);
