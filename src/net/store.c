@@ -1,8 +1,12 @@
 /* The per-sandbox network state files (see store.h). */
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -49,13 +53,30 @@ static int write_at(int nfd, const char *sandbox_dir, const sbx_net_policy_t *p,
   sbx_buf_t b = {0};
   sbx__buf_puts(&b, text);
   sbx__buf_putc(&b, '\n');
-  /* temp + rename: the enforcer's inotify sees one complete file appear (IN_MOVED_TO) */
+  /* temp + rename: the enforcer reads one complete file, told to by the signal */
   int r = sbx__write_file_at(nfd, "policy.json", b.data, b.len, 0600, true);
   int e = errno;
   sbx__buf_free(&b);
   if (r < 0)
     return sbx__make_error(err, e, SBX_E_IO, "write `%s/%s`", sandbox_dir, SBX_NET_POLICY_FILE);
+  sbx__net_enforcer_signal(sandbox_dir, SBX_NET_RELOAD_SIGNAL);
   return 0;
+}
+
+int sbx__net_enforcer_signal(const char *sandbox_dir, int sig)
+{
+  cleanup_free char *path = xasprintf("%s/" SBX_NET_ENFORCER_RECORD, sandbox_dir);
+  cleanup_free char *text = NULL;
+  long long pid = 0;
+  unsigned long long start = 0;
+  if (sbx__read_file_at(AT_FDCWD, path, 256, &text, NULL) < 0 ||
+      sscanf(text, "pid=%lld\nstart=%llu", &pid, &start) != 2 || pid <= 0 || pid > INT_MAX)
+    return -1;
+  cleanup_close int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+  /* the pidfd first, then the start time: a pid reused after the check cannot be signalled */
+  if (pidfd < 0 || sbx__proc_start_time((long) pid) != start)
+    return -1;
+  return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ? -1 : 0;
 }
 
 static int lock_at(int nfd, const char *sandbox_dir, int how, sbx_error_t *err)

@@ -1,7 +1,9 @@
 /* The per-sandbox network state files, in the sandbox's state folder:
  * - net/policy.json: the policy (the source of truth). Written as a whole by temp + rename
- *   under an flock on net/policy.lock, so the enforcer, which watches net/ with inotify
- *   (IN_MOVED_TO / IN_CLOSE_WRITE on policy.json), always reads a complete file.
+ *   under an flock on net/policy.lock, so the enforcer always reads a complete file; the writer
+ *   then signals the enforcer (SBX_NET_RELOAD_SIGNAL), which also looks at the file's inode
+ *   and mtime every SBX_NET_RELOAD_POLL_MS (a signal that found no record yet, a hand edit).
+ * - net/enforcer: the enforcer's record, "pid=N\nstart=N\n" (host pid, /proc start time).
  * - net/counters.json: the enforcer's counters, {"denied_connections": N, "denied_lookups": N,
  *   "allowed_lookups": N} (it rewrites the file the same way; sbxd's /metrics reads it).
  * - net/denied.log: one JSON object a line per denied lookup or connection: {"ts": seconds,
@@ -10,6 +12,7 @@
 #ifndef SBX_NET_STORE_H
 #define SBX_NET_STORE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -23,6 +26,13 @@
 #define SBX_NET_COUNTERS_FILE "net/counters.json"
 #define SBX_NET_DENIED_LOG "net/denied.log"
 #define SBX_NET_POLICY_MAX (4u << 20) /* bytes of policy.json read at most */
+#define SBX_NET_ENFORCER_RECORD "net/enforcer"
+#define SBX_NET_RELOAD_SIGNAL SIGUSR1
+#define SBX_NET_RELOAD_POLL_MS 250
+
+/* Sends sig to the enforcer net/enforcer names, if it still runs (a pidfd, its start time
+ * checked: never another process that took its pid). 0 sent, -1 not (no record, gone). */
+int sbx__net_enforcer_signal(const char *sandbox_dir, int sig);
 
 /* The sandbox's policy. A missing file is SBX_E_NOT_FOUND ("sandbox has no egress policy"). */
 sbx_net_policy_t *sbx__net_store_read(const char *sandbox_dir, sbx_error_t *err);

@@ -160,7 +160,8 @@ def shlex_quote(s):
 
 
 def write_policy(s, thread, policy):
-    """What `sbx net` and sbxd's /policy do (src/net/store.h): a whole file, renamed in place."""
+    """A hand edit (src/net/store.h): a whole file, renamed in place, and no signal (`sbx net`
+    and sbxd's /policy send one after it): the enforcer sees it at its next look."""
     d = os.path.join(state_dir(s, thread), "net")
     tmp = os.path.join(d, ".policy.test")
     with open(tmp, "w") as f:
@@ -208,6 +209,31 @@ def applied_gen(s, thread, above):
             return gen
         time.sleep(0.02)
     raise AssertionError("the enforcer did not apply the change (applied %d)" % gen)
+
+
+def test_writers_signal_the_enforcer_which_holds_no_inotify_instance(egress):
+    """sbx net (like sbxd's /policy and a spare's take) signals the enforcer after writing
+    policy.json; the enforcer's look at the file every 250 ms is only the fallback (a hand
+    edit). It holds no inotify instance: fs.inotify.max_user_instances (128 per user by default)
+    would cap a user's egress sandboxes."""
+    s = egress("deny")
+    # the look at the file switched off: what is applied below, the signal applied
+    s.ok("exec", "-t", "t", "--", "true", env={"SBX_NET_RELOAD_POLL_MS": "0"})
+    pid = enforcer_pid(s, "t")
+    links = [os.readlink("/proc/%d/fd/%s" % (pid, f)) for f in os.listdir("/proc/%d/fd" % pid)]
+    assert not any("inotify" in l for l in links), links
+    gen = applied_gen(s, "t", 0)
+    s.ok("net", "-t", "t", "allow", "pypi.test")
+    gen = applied_gen(s, "t", gen)
+    assert probes(s, "t", a="http://pypi.test:8080/") == {"a": "ok"}
+    # the positive control: a hand edit (no signal) is not seen while the look is off
+    write_policy(s, "t", {"defaultAction": "deny", "egress": []})
+    time.sleep(1)
+    with open(os.path.join(state_dir(s, "t"), "net", "applied")) as f:
+        assert int(f.read()) == gen
+    os.kill(pid, signal.SIGUSR1)  # what the writers send
+    applied_gen(s, "t", gen)
+    assert probes(s, "t", a="http://pypi.test:8080/") == {"a": "fail"}
 
 
 def test_policy_change_replaces_the_policys_part_and_remakes_a_lost_table(egress):

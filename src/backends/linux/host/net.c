@@ -18,12 +18,9 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 
 extern char **environ;
-
-#define ENFORCER_RECORD SBX_NET_DIR "/enforcer"
 
 bool sbx__linux_egress(const struct sbx_config *c)
 {
@@ -62,6 +59,8 @@ static int write_policy(struct sbx_instance *in, sbx_error_t *err)
   cleanup_free char *path = xasprintf("%s/policy.json", dir);
   if (sbx__write_file_at(AT_FDCWD, path, json, strlen(json), 0600, false) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "write `%s`", path);
+  /* a spare's enforcer runs: now, not at its next look at the file */
+  sbx__net_enforcer_signal(in->dir, SBX_NET_RELOAD_SIGNAL);
   return 0;
 }
 
@@ -142,18 +141,6 @@ int sbx__linux_net_adopt(struct sbx_instance *in, sbx_error_t *err)
 
 void sbx__linux_net_stop(const char *dir)
 {
-  cleanup_free char *path = xasprintf("%s/" ENFORCER_RECORD, dir);
-  cleanup_free char *text = NULL;
-  long long pid = 0;
-  unsigned long long start = 0;
-  if (sbx__read_file_at(AT_FDCWD, path, 256, &text, NULL) < 0 ||
-      sscanf(text, "pid=%lld\nstart=%llu", &pid, &start) != 2 || pid <= 0)
-    return;
-  int pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
-  if (pidfd < 0)
-    return;
   /* not waited for: SIGKILL cannot be refused, and pasta goes with it (its pid namespace) */
-  if (sbx__proc_start_time((long) pid) == start)
-    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-  close(pidfd);
+  sbx__net_enforcer_signal(dir, SIGKILL);
 }
