@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """sandbox.network egress, measured (docs/network.md): cold start against `none` (launched, and
 taken from a spare), throughput from a sandbox to a server in the fake internet against the host's
-own and against pasta alone, and DNS lookups through the policy resolver. Runs against
+own and against pasta alone, and DNS lookups through the policy resolver; the launched cold
+start and one throughput row again as an ordinary user (made for the run). Runs against
 tests/integration/fakenet.py's namespaces (offline); needs root, pasta, nft, iperf3.
 
     bench/network.py [BUILD]      (BUILD defaults to ./build; writes bench/network.md)
@@ -33,16 +34,45 @@ def fmt(v):
     return "%.2f ms (p10 %.2f, p90 %.2f)" % (statistics.median(v), pct(v, 10), pct(v, 90))
 
 
+class User:
+    """An ordinary user made for the rootless rows (useradd: Debian gives it subordinate ids),
+    with its own copy of sbx, sbx-init and sbx-net; removed at the end."""
+
+    def __init__(self):
+        self.name = "sbxbench%d" % os.getpid()
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", self.name], check=True)
+        import pwd
+        pw = pwd.getpwnam(self.name)
+        self.uid, self.gid, self.home_dir = pw.pw_uid, pw.pw_gid, pw.pw_dir
+        self.bin = tempfile.mkdtemp(prefix="sbx-bench-bin-")
+        os.chmod(self.bin, 0o755)
+        for b in ("sbx", "sbx-init", "sbx-net"):
+            subprocess.run(["cp", os.path.join(BUILD, b), self.bin], check=True)
+        self.sbx = os.path.join(self.bin, "sbx")
+
+    def close(self):
+        subprocess.run(["pkill", "-KILL", "-U", str(self.uid)], capture_output=True)
+        subprocess.run(["userdel", "-r", self.name], capture_output=True)
+        subprocess.run(["rm", "-rf", self.bin])
+
+
 class Home:
-    def __init__(self, net, tmp, name, network, spares=0, replicas=3):
-        self.net, self.home = net, os.path.join(tmp, name)
+    def __init__(self, net, tmp, name, network, spares=0, replicas=3, user=None):
+        self.net, self.user = net, user
+        if user:
+            tmp = user.home_dir
+        self.home = os.path.join(tmp, name)
         self.cfg = os.path.join(tmp, name + ".yaml")
         with open(self.cfg, "w") as f:
             f.write("sandbox:\n  network: %s\n  spares: %d\n  replicas: %d\n" %
                     (network, spares, replicas))
+        if user:
+            os.chown(self.cfg, user.uid, user.gid)
 
     def run(self, *args, check=True):
-        cmd = self.net.wrap([SBX, "--home", self.home, "--config", self.cfg] + list(args))
+        sbx = self.user.sbx if self.user else SBX
+        cmd = self.net.wrap([sbx, "--home", self.home, "--config", self.cfg] + list(args),
+                            self.user)
         return subprocess.run(cmd, capture_output=True, check=check, timeout=120)
 
     def spare_ready(self):
@@ -67,10 +97,11 @@ def timed(h, *args):
 CAPS = (("", ROUNDS + 5), (", at the cap", 3))
 
 
-def cold(net, tmp):
+def cold(net, tmp, user=None):
     out = {}
-    for (cap, replicas), spares in ((c, s) for c in CAPS for s in (0, 1)):
-        homes = {n: Home(net, tmp, "%s-%d-%d" % (n, spares, replicas), n, spares, replicas)
+    runs = [(("", ROUNDS + 5), 0)] if user else [(c, s) for c in CAPS for s in (0, 1)]
+    for (cap, replicas), spares in runs:
+        homes = {n: Home(net, tmp, "%s-%d-%d" % (n, spares, replicas), n, spares, replicas, user)
                  for n in ("none", "egress")}
         samples = {n: [] for n in homes}
         for h in homes.values():
@@ -84,11 +115,12 @@ def cold(net, tmp):
                 samples[n].append(timed(homes[n], "exec", "-t", "c%d" % i, "--", "true"))
         for n, h in homes.items():
             h.run("down")
-            out["%s%s%s" % (n, " (spare)" if spares else "", cap)] = samples[n]
+            out["%s%s%s%s" % (n, " (spare)" if spares else "", cap,
+                              ", rootless" if user else "")] = samples[n]
     return out
 
 
-def iperf(net, tmp):
+def iperf(net, tmp, user=None):
     srv = subprocess.Popen(["ip", "netns", "exec", net.inet, "iperf3", "-s", "-B", "203.0.113.10"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
@@ -134,6 +166,12 @@ def iperf(net, tmp):
                       " ".join(shlex.quote(c) for c in cmd + extra))
             res[name] = gbps(json.loads(r.stdout)["stdout"])
         h.run("down")
+        if user:
+            h = Home(net, tmp, "iperf-rl", "egress", user=user)
+            r = h.run("exec", "-t", "b", "--json", "--", " ".join(shlex.quote(c) for c in cmd))
+            res["sbx egress sandbox as an ordinary user, upload (TCP relay)"] = \
+                gbps(json.loads(r.stdout)["stdout"])
+            h.run("down")
     finally:
         srv.kill()
         srv.wait()
@@ -175,16 +213,20 @@ def main():
     print("building the fake internet", file=sys.stderr, flush=True)
     net = fakenet.FakeNet()
     tmp = tempfile.mkdtemp(prefix="sbx-bench-net-")
+    user = User()
     try:
         load0 = os.getloadavg()[0]
         d = dns(net, tmp)
         print("dns done", file=sys.stderr, flush=True)
-        t = iperf(net, tmp)
+        t = iperf(net, tmp, user)
         print("iperf done", file=sys.stderr, flush=True)
         c = cold(net, tmp)
+        print("cold, rootless", file=sys.stderr, flush=True)
+        c.update(cold(net, tmp, user))
         load1 = os.getloadavg()[0]
     finally:
         net.close()
+        user.close()
         subprocess.run(["rm", "-rf", tmp])
     rev = subprocess.run(["git", "-C", SOURCE, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
@@ -201,6 +243,8 @@ def main():
         lines += ["", "egress - none%s (replicas %d): launched %+.2f ms, from a spare %+.2f ms." %
                   (cap, replicas, md["egress" + cap] - md["none" + cap],
                    md["egress (spare)" + cap] - md["none (spare)" + cap])]
+    lines += ["", "As an ordinary user (no spares rootless; docs/network.md, Rootless): egress - "
+              "none launched %+.2f ms." % (md["egress, rootless"] - md["none, rootless"])]
     lines += ["", "Below the cap a take only writes the new policy: the enforcer applies it (it replaces "
               "the filter chain's rules, nft.h) without the take waiting. At the cap the take also "
               "evicts the oldest warm sandbox, and an egress one's destroy costs about 2 ms more than "

@@ -61,6 +61,27 @@ class Wrapped:
                              self.tun_mode)
 
 
+def folder(tmp_path, user=None, tag="net"):
+    """Where a test's homes and configs go: tmp_path as root; as user, a folder of the user's
+    own (pytest's tmp_path is below one of root's that the user cannot enter)."""
+    if user is None:
+        return str(tmp_path)
+    top = os.path.join(user.home_dir, "%s-%s" % (tag, os.path.basename(str(tmp_path))))
+    os.makedirs(top, exist_ok=True)
+    os.chown(top, user.uid, user.gid)
+    return top
+
+
+def write_config(top, name, text, user=None):
+    """A config file in top that whoever runs sbx (root, or user) can read."""
+    path = os.path.join(top, name)
+    with open(path, "w") as f:
+        f.write(text)
+    if user is not None:
+        os.chown(path, user.uid, user.gid)
+    return path
+
+
 def available():
     return os.geteuid() == 0 and shutil.which("pasta") and shutil.which("nft") and \
         shutil.which("ip") and shutil.which("nsenter")

@@ -49,22 +49,13 @@ def policy_yaml(default, rules):
 def egress(request, tmp_path, net):
     made = []
     u = request.getfixturevalue("user") if request.param == "rootless" else None
-    top = str(tmp_path)
-    if u is not None:
-        # the user's own folder: pytest's tmp_path is below one of root's it cannot enter
-        top = os.path.join(u.home_dir, "net-" + os.path.basename(str(tmp_path)))
-        os.mkdir(top)
-        os.chown(top, u.uid, u.gid)
+    top = fakenet.folder(tmp_path, u)
 
     def factory(default="deny", rules=(), extra=""):
         n = len(made)
-        cfg = os.path.join(top, "net-%d.yaml" % n)
-        with open(cfg, "w") as f:
-            f.write("sandbox:\n  network: egress\n" + policy_yaml(default, list(rules)) + extra)
-        home = os.path.join(top, "home-%d" % n)
-        if u is not None:
-            os.chown(cfg, u.uid, u.gid)
-        s = NetSbx(home, cfg, net, u)
+        cfg = fakenet.write_config(top, "net-%d.yaml" % n, "sandbox:\n  network: egress\n" +
+                                   policy_yaml(default, list(rules)) + extra, u)
+        s = NetSbx(os.path.join(top, "home-%d" % n), cfg, net, u)
         made.append(s)
         return s
 
@@ -290,16 +281,12 @@ def test_enforcer_outlives_front_ends_and_fails_closed(egress):
     assert "lit=fail" in r["stdout"] and "default" not in r["stdout"], r
 
 
-def test_rootless_without_a_usable_tun_device_is_refused_in_one_line(net, user):
+def test_rootless_without_a_usable_tun_device_is_refused_in_one_line(net, user, tmp_path):
     """pasta opens /dev/net/tun as the user: a host where it is 0600 (as here, in a mount
     namespace of the test's own) refuses egress naming the device and the fix, and leaves no
     sandbox or enforcer behind."""
-    top = os.path.join(user.home_dir, "tun600")
-    os.makedirs(top, exist_ok=True)
-    os.chown(top, user.uid, user.gid)
-    cfg = os.path.join(top, "net.yaml")
-    with open(cfg, "w") as f:
-        f.write("sandbox:\n  network: egress\n")
+    top = fakenet.folder(tmp_path, user, "tun600")
+    cfg = fakenet.write_config(top, "net.yaml", "sandbox:\n  network: egress\n", user)
     s = NetSbx(os.path.join(top, "home"), cfg, net, user, tun_mode=0o600)
     try:
         p = s.run("exec", "-t", "t", "--", "true")

@@ -47,17 +47,9 @@ user = _rl.user
 
 def _box(request, tmp_path, net, text):
     u = request.getfixturevalue("user") if request.param == "rootless" else None
-    top = str(tmp_path)
-    if u is not None:
-        top = os.path.join(u.home_dir, "sec-" + os.path.basename(str(tmp_path)))
-        os.mkdir(top)
-        os.chown(top, u.uid, u.gid)
-    cfg = os.path.join(top, "net.yaml")
-    with open(cfg, "w") as f:
-        f.write(text)
-    if u is not None:
-        os.chown(cfg, u.uid, u.gid)
-    return NetSbx(os.path.join(top, "home"), cfg, net, u)
+    top = fakenet.folder(tmp_path, u, "sec")
+    return NetSbx(os.path.join(top, "home"), fakenet.write_config(top, "net.yaml", text, u), net,
+                  u)
 
 
 @pytest.fixture(params=["root", "rootless"])
