@@ -252,8 +252,10 @@ def main():
               "bench, three interleaved runs each, 2026-12-03): from a spare +1.21/+0.56/+1.08 ms "
               "below the cap and +3.36/+3.55/+4.42 at it, against +1.90/+0.67/+1.05 and "
               "+4.26/+2.84/+1.63 with the chain swap: the same within noise, since the take does "
-              "not wait for it. A launched egress sandbox gets slower as more egress sandboxes are "
-              "alive (the p10 is the first rounds): to find.", "",
+              "not wait for it. A launched egress sandbox costs pasta's start-up and the table; "
+              "on a quiet machine (2026-12-03, 20 rounds, up to 25 sandboxes alive) that cost did "
+              "not grow with the sandboxes alive, while an earlier run at a load of 8 saw +70-85 ms "
+              "with 20-30 alive: load, most likely, not proven.", "",
               "## Throughput to an iperf3 server in the fake internet (TCP, 3 s)", "",
               "| client | Gbit/s |", "|---|---|"]
     for k, v in t.items():
