@@ -75,7 +75,8 @@ integration: build san
 	cd $(SAN_BUILD) && ctest --output-on-failure -L integration
 
 # Everything: format, the release build, the layering check (scripts/deps.py: no dependency
-# cycle between the files of src/), the sanitizer build, unit, integration, SDK and security
+# cycle between the files of src/), the Release build with the bench programs (bench/build.sh:
+# -O2 shows warnings the other builds do not), the sanitizer build, unit, integration, SDK and security
 # tests (ctest, on the sanitizer build), valgrind memcheck of the release build, a short pass of
 # every fuzz target, then the ThreadSanitizer build and its suites. Each phase's time is printed
 # as it ends and all of them in a table at the end (or at the first failure).
@@ -87,6 +88,7 @@ check:
 	@$(PHASE) format $(MAKE) --no-print-directory format-check
 	@$(PHASE) build $(MAKE) --no-print-directory build
 	@$(PHASE) layers python3 scripts/deps.py $(BUILD)
+	@$(PHASE) build-release env JOBS=$(JOBS) bench/build.sh
 	@$(PHASE) build-san $(MAKE) --no-print-directory san
 	@$(PHASE) ctest sh -c 'cd $(SAN_BUILD) && ctest --output-on-failure'
 	@$(PHASE) memcheck env SBX_BUILD=$(BUILD) tests/memcheck/run.sh

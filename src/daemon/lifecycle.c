@@ -154,6 +154,21 @@ static json_t *opt(json_t *o, const char *key)
   return json_is_null(v) ? NULL : v;
 }
 
+/* An optional field is absent, null or of type t (one lookup: gcc -O2 cannot tell that two
+ * lookups of one key agree, and warns of a null dereference). */
+static bool opt_is(json_t *o, const char *key, json_type t)
+{
+  json_t *v = opt(o, key);
+  return v == NULL || json_typeof(v) == t;
+}
+
+/* An optional object field is absent or holds a string under key. */
+static bool opt_has_string(json_t *o, const char *field, const char *key)
+{
+  json_t *v = opt(o, field);
+  return v == NULL || json_is_string(json_object_get(v, key));
+}
+
 static const char *metadata_error(json_t *md, char **msg)
 {
   const char *k;
@@ -293,9 +308,8 @@ static const char *create_schema(json_t *body, struct create *c)
   if (cred && (!json_is_object(cred) || (json_object_get(cred, "enabled") &&
                                          !json_is_boolean(json_object_get(cred, "enabled")))))
     return "body.credentialProxy: Input should be an object with a boolean 'enabled'";
-  if (netpol && (!json_is_object(netpol) ||
-                 (opt(netpol, "defaultAction") && !json_is_string(opt(netpol, "defaultAction"))) ||
-                 (opt(netpol, "egress") && !json_is_array(opt(netpol, "egress")))))
+  if (netpol && (!json_is_object(netpol) || !opt_is(netpol, "defaultAction", JSON_STRING) ||
+                 !opt_is(netpol, "egress", JSON_ARRAY)))
     return "body.networkPolicy: Input should be {defaultAction?: string, egress?: list}";
   if (c->vols && !json_is_array(c->vols))
     return "body.volumes: Input should be a valid list";
@@ -319,10 +333,9 @@ static const char *create_schema(json_t *body, struct create *c)
     if (!json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
         !json_is_string(json_object_get(v, "mountPath")))
       return "body.volumes: each volume needs a string name and mountPath";
-    if ((opt(v, "readOnly") && !json_is_boolean(opt(v, "readOnly"))) ||
-        (opt(v, "subPath") && !json_is_string(opt(v, "subPath"))) ||
-        (opt(v, "host") && !json_is_string(json_object_get(opt(v, "host"), "path"))) ||
-        (opt(v, "pvc") && !json_is_string(json_object_get(opt(v, "pvc"), "claimName"))))
+    json_t *ro = opt(v, "readOnly");
+    if ((ro && !json_is_boolean(ro)) || !opt_is(v, "subPath", JSON_STRING) ||
+        !opt_has_string(v, "host", "path") || !opt_has_string(v, "pvc", "claimName"))
       return "body.volumes: host needs a string path, pvc a string claimName";
   }
   return NULL;
