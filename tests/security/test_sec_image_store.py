@@ -163,25 +163,34 @@ def test_committed_setuid_root_file_is_out_of_reach(open_home, tmp_path):
     _unreachable_then_control(s.home, path)
 
 
-def test_open_home_is_refused(tmp_path):
+def test_open_home_is_tightened_or_refused(tmp_path):
     d = _public_dir()
     try:
-        home = os.path.join(d, "home")
-        os.mkdir(home)
-        os.chmod(home, 0o777)  # others could rename images/ away and put theirs in its place
-        s = Sbx(home)
         img = str(tmp_path / "x.tar")
         mkimage.build_docker(img, [("x:1", [mkimage.layer([("x", b"x\n")])], None)])
-        p = s.run("image", "import", img, check=1)
-        assert b"is writable by other users" in p.stderr and b"chmod go-w" in p.stderr, p.stderr
-        assert p.stderr.count(b"\n") == 1, p.stderr
-        assert not os.path.exists(os.path.join(home, "images"))
+        # others could rename images/ away and put theirs in its place: a home of ours that
+        # they may write is made go-w, with a warning (a tmpfs mounted as the home is 1777)
+        home = os.path.join(d, "home")
+        os.mkdir(home)
+        os.chmod(home, 0o1777)
+        s = Sbx(home)
         p = s.run("doctor")
-        assert b"[warn] image store" in p.stdout and b"imports, pulls and commits are refused" \
-            in p.stdout, p.stdout
-        os.chmod(home, 0o755)
-        s.ok("image", "import", img)
+        assert b"[warn] image store" in p.stdout and b"is writable by other users" in p.stdout \
+            and b"makes it go-w" in p.stdout, p.stdout
+        p = s.run("image", "import", img, check=0)
+        assert b"was mode 1777, writable by other users: made 1755" in p.stderr, p.stderr
+        assert os.stat(home).st_mode & 0o7777 == 0o1755
         assert os.stat(os.path.join(home, "images")).st_mode & 0o7777 == 0o700
+        # another user's home is refused, one line, nothing made
+        other = os.path.join(d, "other")
+        os.mkdir(other, 0o755)
+        os.chown(other, 65534, 65534)
+        s2 = Sbx(other)
+        p = s2.run("image", "import", img, check=1)
+        assert b"belongs to another user" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+        assert not os.path.exists(os.path.join(other, "images"))
+        p = s2.run("doctor")
+        assert b"imports, pulls and commits are refused" in p.stdout, p.stdout
     finally:
         shutil.rmtree(d)
 

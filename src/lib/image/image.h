@@ -108,8 +108,8 @@ struct sbx_layer_limits {
   /* the whole image: sum of file sizes of everything one import, pull or commit unpacks (the
    * archive and every new layer; 0: SBX_IMAGE_MAX_BYTES_DEFAULT) */
   uint64_t max_image_bytes;
-  /* free space the store's file system keeps while an import writes (0: the default; set
-   * reserve_none for none) */
+  /* free space the store's file system keeps while an import writes (0: the default, 1 GiB or
+   * 5% of the file system if that is less; set reserve_none for none) */
   uint64_t reserve_bytes;
   bool reserve_none;
 };
@@ -170,13 +170,13 @@ struct sbx_image_rootfs {
 /* A name as stored: docker.io/library/ dropped, ":latest" added when there is no tag. */
 char *sbx__image_normalize(const char *name);
 char *sbx__image_dir(const char *home);
-/* Before an import, pull or commit writes the store (docs/security.md, "Image store"): refuses
- * a home other users may write (or another user's), and makes the store folder images/ this
- * user's and 0700 (creating it if create), so no file of a layer (setuid-root ones included) is
- * reachable by another user, whatever the home's mode. */
+/* Before an import, pull or commit writes the store (docs/security.md, "Image store"): a home
+ * other users may write is made go-w if it is ours and refused if it is another user's, and the
+ * store folder images/ must be this user's and is made 0700 (created if create), so no file of
+ * a layer (setuid-root ones included) is reachable by another user, whatever the home's mode. */
 int sbx__image_store_private(const char *home, bool create, sbx_error_t *err);
 /* For sbx doctor: 0 ok, 1 the store folder is open (tightened at the next write), 2 the home
- * is (imports are refused); *what receives the line. */
+ * is (tightened, or imports refused); *what receives the line. */
 int sbx__image_store_report(const char *home, char **what);
 int sbx__image_list(const char *home, struct sbx_image_info **v, size_t *n, sbx_error_t *err);
 void sbx__image_info_free(struct sbx_image_info *v, size_t n);

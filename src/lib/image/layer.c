@@ -265,10 +265,7 @@ int sbx__image_charge(struct sbx_image_budget *b, const struct sbx_layer_limits 
                            what, (unsigned long long) (max >> 20));
   bool first = b->spent == 0 && b->checked == 0;
   b->spent += n;
-  uint64_t reserve = lim->reserve_none    ? 0
-                     : lim->reserve_bytes ? lim->reserve_bytes
-                                          : SBX_IMAGE_RESERVE_DEFAULT;
-  if (reserve == 0 || (!first && b->spent - b->checked < FREE_CHECK_EVERY))
+  if (lim->reserve_none || (!first && b->spent - b->checked < FREE_CHECK_EVERY))
     return 0;
   /* every import in flight looks: together they leave the reserve free (or fail), however many
    * there are */
@@ -277,6 +274,12 @@ int sbx__image_charge(struct sbx_image_budget *b, const struct sbx_layer_limits 
   if (fstatvfs(fd, &v) < 0)
     return sbx__make_error(err, errno, SBX_E_IO, "%s: statvfs of the image store", what);
   uint64_t avail = (uint64_t) v.f_bavail * v.f_frsize;
+  uint64_t reserve = lim->reserve_bytes;
+  if (reserve == 0) {
+    /* the default: 1 GiB, or 5% of a smaller file system (a small tmpfs as the home) */
+    uint64_t part = (uint64_t) v.f_blocks * v.f_frsize / 20;
+    reserve = part < SBX_IMAGE_RESERVE_DEFAULT ? part : SBX_IMAGE_RESERVE_DEFAULT;
+  }
   if (avail < reserve)
     return sbx__make_error(err, ENOSPC, SBX_E_TOO_LARGE,
                            "%s: the image store's file system has %llu MiB free, under the "

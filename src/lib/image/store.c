@@ -26,7 +26,8 @@ char *sbx__image_dir(const char *home)
  * image (or one a sandbox's root made and `sbx commit` stored) is a host setuid-root file in
  * images/layers/. Only the folder's mode keeps other users from running it, so images/ is this
  * user's and 0700 whatever the home's mode, and a home others may write (where they could
- * rename images/ away and put their own folder in its place) is refused. */
+ * rename images/ away and put their own folder in its place) is tightened (ours: go-w) or
+ * refused (another user's). */
 static const char *home_problem(const char *home, struct stat *st)
 {
   memset(st, 0, sizeof *st);
@@ -45,12 +46,24 @@ int sbx__image_store_private(const char *home, bool create, sbx_error_t *err)
 {
   struct stat st;
   const char *why = home_problem(home, &st);
+  if (why && st.st_uid == geteuid() && S_ISDIR(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    mode_t m = st.st_mode & 07777 & ~(mode_t) (S_IWGRP | S_IWOTH);
+    if (chmod(home, m) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "chmod go-w `%s`", home);
+    sbx__log(SBX_LOG_WARNING,
+             "home `%s` was mode %04o, writable by other users: made %04o (they could replace "
+             "its image store)",
+             home, (unsigned) (st.st_mode & 07777), (unsigned) m);
+    why = NULL;
+  }
   if (why)
-    return sbx__make_error(err, 0, SBX_E_DENIED,
-                           "home `%s` %s (mode %04o, uid %u): its image store could be replaced "
-                           "or reached by them; `chmod go-w` it or choose another --home "
-                           "(docs/security.md, \"Image store\")",
-                           home, why, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid);
+    return sbx__make_error(
+        err, 0, SBX_E_DENIED,
+        "home `%s` %s (mode %04o, uid %u): its image store could be replaced "
+        "or reached by them; use a home of yours that only you may write (`chmod go-w`), "
+        "or another --home "
+        "(docs/security.md, \"Image store\")",
+        home, why, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid);
   cleanup_free char *dir = sbx__image_dir(home);
   if (create && mkdir(dir, 0700) < 0 && errno != EEXIST)
     return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", dir);
@@ -76,9 +89,11 @@ int sbx__image_store_report(const char *home, char **what)
   struct stat st;
   const char *why = home_problem(home, &st);
   if (why) {
-    *what = xasprintf("home `%s` %s (mode %04o, uid %u): image imports, pulls and commits are "
-                      "refused",
-                      home, why, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid);
+    bool ours = st.st_uid == geteuid() && S_ISDIR(st.st_mode);
+    *what = xasprintf("home `%s` %s (mode %04o, uid %u): %s", home, why,
+                      (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid,
+                      ours ? "the next import, pull or commit makes it go-w"
+                           : "image imports, pulls and commits are refused");
     return 2;
   }
   cleanup_free char *dir = sbx__image_dir(home);
@@ -101,7 +116,10 @@ void sbx__image_limits_from_config(const struct sbx_config *cfg, struct sbx_laye
   l->max_bytes = cfg->image_layer_max_mib << 20;
   l->max_entries = cfg->image_layer_max_entries;
   l->max_image_bytes = cfg->image_max_mib << 20;
-  l->reserve_bytes = cfg->image_min_free_mib << 20;
+  /* the default (1024) is the automatic reserve: 1 GiB, or 5% of a smaller file system */
+  l->reserve_bytes = cfg->image_min_free_mib == SBX_IMAGE_RESERVE_DEFAULT >> 20
+                         ? 0
+                         : cfg->image_min_free_mib << 20;
   l->reserve_none = cfg->image_min_free_mib == 0;
 }
 
