@@ -266,3 +266,23 @@ def test_free_space_reserve_refuses_an_import(make_sbx, tmp_path):
     assert _left(s.home) == [], _left(s.home)
     # positive control: the ordinary reserve
     make_sbx().ok("image", "import", img)
+
+
+@pytest.mark.idmap
+def test_commit_counts_against_the_image_budget(make_sbx, tmp_path):
+    """A commit's new layer is unpacked within the image's budget too (the sandbox's root wrote
+    it: attacker input), and a refused commit leaves nothing."""
+    img = str(tmp_path / "bb.tar")
+    mkimage.build_docker(img, [("bb:1", [mkimage.busybox_layer()], None)])
+    s = make_sbx(image_max_mib=4)
+    s.ok("image", "import", img)
+    before = _left(s.home)
+    t = sbxsec.new_thread("budget")
+    p = s.run("exec", "-t", t, "--image", "bb:1", "--", "dd if=/dev/zero of=/big bs=1M count=6")
+    assert p.returncode == 0, p
+    p = s.run("commit", "-t", t, "big:1", check=1)
+    assert b"budget of 4 MiB (sandbox.image_max_mib)" in p.stderr, p.stderr
+    assert _left(s.home) == before, _left(s.home)
+    # positive control: 2 MiB fits
+    s.ok("exec", "-t", t, "--image", "bb:1", "--", "rm /big && dd if=/dev/zero of=/small bs=1M count=2")
+    s.ok("commit", "-t", t, "small:1")
