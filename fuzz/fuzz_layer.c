@@ -1,7 +1,10 @@
 /* libFuzzer target for layer extraction (src/lib/image/layer.c): the input is a layer (tar,
  * gzip or zstd) unpacked into a fresh scratch folder. It must unpack or fail with one one-line
  * error, and nothing may appear outside the folder: the folder sits inside a guard folder whose
- * only entry must stay the scratch folder. */
+ * only entry must stay the scratch folder. The whole image's budget is shared (and never
+ * overspent), and the sparse writer that makes zeros holes is checked against the plain bytes:
+ * the input, with 0xff standing for a 4 KiB run of zeros, written in pieces of an input-chosen
+ * size, must read back the same. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +19,41 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char guard[64];
+
+#define BUDGET (6u << 20)
+
+static void sparse_check(const uint8_t *data, size_t size)
+{
+  if (size == 0)
+    return;
+  size_t step = (size_t) data[0] * 61u % 9000u + 1, n = 0;
+  uint8_t *want = calloc(1, 1u << 20);
+  if (want == NULL)
+    abort();
+  for (size_t i = 1; i < size && n < (1u << 20) - 4096; i++) {
+    if (data[i] == 0xff)
+      n += 4096; /* calloc's zeros */
+    else
+      want[n++] = data[i];
+  }
+  int fd = memfd_create("sparse", MFD_CLOEXEC);
+  if (fd < 0)
+    abort();
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i += step)
+    if (sbx__write_sparse(fd, (const char *) want + i, n - i < step ? n - i : step, &off) < 0)
+      abort();
+  if (off != n || sbx__sparse_end(fd, off) < 0)
+    abort();
+  struct stat st;
+  uint8_t *got = malloc(n + 1);
+  if (got == NULL || fstat(fd, &st) < 0 || (size_t) st.st_size != n ||
+      pread(fd, got, n + 1, 0) != (ssize_t) n || memcmp(got, want, n) != 0)
+    abort();
+  free(got);
+  free(want);
+  close(fd);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -36,9 +74,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   int root = openat(g, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root < 0)
     abort();
-  struct sbx_layer_limits lim = {.max_bytes = 8u << 20, .max_entries = 4096};
+  struct sbx_layer_limits lim = {
+      .max_bytes = 8u << 20, .max_entries = 4096, .max_image_bytes = BUDGET, .reserve_none = true};
+  /* the budget starts part spent, as for a later layer of an image */
+  struct sbx_image_budget budget = {.spent = size ? (uint64_t) data[0] << 14 : 0};
+  struct sbx_layer_tally tally = {.budget = &budget};
   char diff[SBX_DIGEST_HEX + 1];
-  int r = sbx__layer_extract(in, root, &lim, NULL, diff, &err);
+  int r = sbx__layer_extract(in, root, &lim, &tally, diff, &err);
+  if (budget.spent > BUDGET)
+    abort();
   if (r < 0) {
     if (err == NULL || strchr(err->msg, '\n'))
       abort();
@@ -61,5 +105,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (sbx__rm_rf_at(g, "root") < 0)
     abort();
   close(g);
+  sparse_check(data, size);
   return 0;
 }

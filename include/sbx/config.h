@@ -64,7 +64,9 @@ struct sbx_config {
   uint64_t user_data_size_mib;      /* size cap of a thread folder (an ext4 image), 0 = none */
   uint64_t image_layer_max_mib;     /* image import: bytes of one layer (or archive), 16384 */
   uint64_t image_layer_max_entries; /* image import: entries of one layer, 1000000 */
-  int64_t health_check_timeout;     /* seconds, default 10 */
+  uint64_t image_max_mib;       /* image import, pull, commit: bytes of the whole image, 32768 */
+  uint64_t image_min_free_mib;  /* ... the free space they keep on the store's, 1024 (0 none) */
+  int64_t health_check_timeout; /* seconds, default 10 */
   /* BoxLite's key: a warm sandbox last used less than this many seconds ago is reclaimed with a
    * ping of its init instead of running `true` (default 0: always run it) */
   double health_check_skip_seconds;

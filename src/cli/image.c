@@ -17,8 +17,9 @@ static const char usage_import[] =
     "\n"
     "  --name NAME        store the image under NAME (one image only)\n"
     "  --platform P       pick this platform of a manifest list (default: this host's)\n"
-    "  --max-size MIB     refuse a layer (or archive) larger than this (default:\n"
-    "                     sandbox.image_layer_max_mib, 16384)\n"
+    "  --max-size MIB     refuse an image, layer or archive that unpacks to more than\n"
+    "                     this (default: sandbox.image_max_mib, 32768, for the whole\n"
+    "                     image, and sandbox.image_layer_max_mib, 16384, for a layer)\n"
     "  --max-entries N    refuse a layer with more entries (default:\n"
     "                     sandbox.image_layer_max_entries, 1000000)\n";
 static const char usage_images[] =
@@ -92,10 +93,15 @@ static int image_import(struct cli *c, int argc, char **argv)
     return r == CLI_DONE ? 0 : r;
   if ((r = cli_open(c)) != 0)
     return r;
-  if (o.limits.max_bytes == 0)
-    o.limits.max_bytes = c->cfg->image_layer_max_mib << 20;
-  if (o.limits.max_entries == 0)
-    o.limits.max_entries = c->cfg->image_layer_max_entries;
+  /* --max-size caps the layer and the whole image for this import */
+  struct sbx_layer_limits cfg_lim;
+  sbx__image_limits_from_config(c->cfg, &cfg_lim);
+  uint64_t size = o.limits.max_bytes, entries = o.limits.max_entries;
+  o.limits = cfg_lim;
+  if (size)
+    o.limits.max_bytes = o.limits.max_image_bytes = size;
+  if (entries)
+    o.limits.max_entries = entries;
   sbx_strv_t names = {0};
   sbx_error_t err = NULL;
   if (sbx__image_import(c->home, argv[optind], &o, &names, &err) < 0) {

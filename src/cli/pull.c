@@ -31,7 +31,8 @@ static const char usage_pull[] =
     "  --insecure H         speak plain http to H (loopback registries always are; also\n"
     "                       sandbox.registries.H.insecure)\n"
     "  --max-size MIB       refuse an image or layer larger than this (default:\n"
-    "                       sandbox.image_layer_max_mib, 16384)\n"
+    "                       sandbox.image_max_mib, 32768, for the whole image, and\n"
+    "                       sandbox.image_layer_max_mib, 16384, for a layer)\n"
     "  --max-entries N      refuse a layer with more entries (default 1000000)\n"
     "\n"
     "On a terminal a progress bar per layer and in total; plain lines otherwise.\n";
@@ -235,10 +236,13 @@ int cmd_pull(struct cli *c, int argc, char **argv)
     sbx__pull_opts_from_config(c->cfg, &conf);
     a->o.registries = conf.registries;
     a->o.n_registries = conf.n_registries;
-    if (a->o.limits.max_bytes == 0)
-      a->o.limits.max_bytes = conf.limits.max_bytes;
-    if (a->o.limits.max_entries == 0)
-      a->o.limits.max_entries = conf.limits.max_entries;
+    /* --max-size caps the layer and the whole image for this pull */
+    uint64_t size = a->o.limits.max_bytes, entries = a->o.limits.max_entries;
+    a->o.limits = conf.limits;
+    if (size)
+      a->o.limits.max_bytes = a->o.limits.max_image_bytes = size;
+    if (entries)
+      a->o.limits.max_entries = entries;
     bool given = a->mirrors.n > 0; /* --mirror replaces the configured ones */
     for (size_t i = 0; !given && i < conf.n_mirrors; i++)
       sbx__strv_push(&a->mirrors, conf.mirrors[i]);

@@ -73,7 +73,8 @@ static int capture(sbx_provider_t *p, const char *id, struct sbx_commit_work *cw
   in.ops = sbx__backend_find(in.meta.backend);
   cleanup_free char *upper = NULL;
   uint32_t base = 0, count = 0;
-  struct sbx_layer_limits lim = {cfg->image_layer_max_mib << 20, cfg->image_layer_max_entries};
+  struct sbx_layer_limits lim;
+  sbx__image_limits_from_config(cfg, &lim);
   if (in.ops == NULL || in.ops->upper == NULL)
     r = sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "commit is not supported by the %s backend",
                         in.meta.backend ? in.meta.backend : "?");

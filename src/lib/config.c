@@ -670,6 +670,8 @@ static const struct field sandbox_fields[] = {
     {"disk_mib", F_U64, OFF(disk_mib), false, MIB_MAX, NULL},
     {"image_layer_max_mib", F_U64, OFF(image_layer_max_mib), true, MIB_MAX, NULL},
     {"image_layer_max_entries", F_U64, OFF(image_layer_max_entries), true, MIB_MAX, NULL},
+    {"image_max_mib", F_U64, OFF(image_max_mib), true, MIB_MAX, NULL},
+    {"image_min_free_mib", F_U64, OFF(image_min_free_mib), false, MIB_MAX, NULL},
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
@@ -1174,6 +1176,8 @@ static struct sbx_config *config_alloc(void)
   cfg->home_size_mib = 256;
   cfg->image_layer_max_mib = 16384;
   cfg->image_layer_max_entries = 1000000;
+  cfg->image_max_mib = 32768;
+  cfg->image_min_free_mib = 1024;
   cfg->health_check_timeout = 10;
   cfg->request_timeout = 30;
   cfg->ready_timeout = 30;
@@ -1463,6 +1467,8 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx__buf_printf(&b, "  disk_mib: %" PRIu64 "\n", cfg->disk_mib);
   sbx__buf_printf(&b, "  image_layer_max_mib: %" PRIu64 "\n", cfg->image_layer_max_mib);
   sbx__buf_printf(&b, "  image_layer_max_entries: %" PRIu64 "\n", cfg->image_layer_max_entries);
+  sbx__buf_printf(&b, "  image_max_mib: %" PRIu64 "\n", cfg->image_max_mib);
+  sbx__buf_printf(&b, "  image_min_free_mib: %" PRIu64 "\n", cfg->image_min_free_mib);
   sbx__buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx__buf_printf(&b, "  spares: %d\n", cfg->spares);

@@ -817,3 +817,28 @@ def test_redirects_followed_over_http_only(sbx, registry, proxy, tmp_path):
     px.redirect = {d: "http://%s{path}" % reg.host}
     assert sbx.ok("pull", "-q", ref) == ref + "\n"
     assert len(px.gets(d)) == 4
+
+
+def test_sbxd_image_uri_over_the_image_budget(sbxd, registry, tmp_path, monkeypatch):
+    """Any client of sbxd makes it pull through image.uri: a small image of many layers of
+    zeros, each under the per-layer cap, is refused by the whole image's budget (issue 28), the
+    sandbox Failed with the reason, and nothing of the image stays in the store."""
+    monkeypatch.delenv("SBX_PULL", raising=False)
+    reg = registry()
+    zeros = [mkimage.layer([("z%d" % i, b"\0" * (3 << 20))]) for i in range(5)]
+    reg.push(layout(tmp_path, "zeros", [mkimage.busybox_layer()] + zeros), "t/zeros:1")
+    home = tmp_path / "home"
+    s = sbxd(home=home, config="sandbox:\n  image_layer_max_mib: 4\n  image_max_mib: 8\n")
+    body = {"image": {"uri": reg.host + "/t/zeros:1"}, "entrypoint": ["sleep", "1000"],
+            "resourceLimits": {"cpu": "1", "memory": "1Gi"}, "timeout": 600}
+    r = s.req("POST", "/v1/sandboxes", body)
+    assert r.status == 202, r.body
+    got = wait_state(s, r.json()["id"], "Pending")
+    assert got["status"]["state"] == "Failed", got
+    assert "sandbox.image_max_mib" in got["status"]["message"], got
+    assert s.req("DELETE", "/v1/sandboxes/%s" % got["id"]).status == 204
+    store = home / "images"
+    assert os.listdir(store / "layers") == []
+    assert [f for f in os.listdir(store / "tmp") if f != "pull-cache"] == []
+    assert [f for f in os.listdir(store / "tmp" / "pull-cache") if not f.endswith(".lock")] == []
+    assert os.listdir(store / "blobs" / "sha256") == []

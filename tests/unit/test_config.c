@@ -71,6 +71,8 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_int_equal(cfg->tmp_size_mib, 1024);
   assert_int_equal(cfg->home_size_mib, 256);
   assert_int_equal(cfg->disk_mib, 0);
+  assert_int_equal(cfg->image_max_mib, 32768);
+  assert_int_equal(cfg->image_min_free_mib, 1024);
   assert_int_equal(cfg->health_check_timeout, 10);
   assert_true(cfg->health_check_skip_seconds == 0);
   assert_int_equal(cfg->spares, 0);
@@ -434,6 +436,10 @@ static void test_ranges(void **state)
                "t.yaml:2: sandbox.disk_mib: must be non-negative, got '-1'");
   expect_error("sandbox:\n  disk_mib: 8796093022208\n",
                "t.yaml:2: sandbox.disk_mib: must be at most 8796093022207, got '8796093022208'");
+  expect_error("sandbox:\n  image_max_mib: 0\n",
+               "t.yaml:2: sandbox.image_max_mib: must be positive, got '0'");
+  expect_error("sandbox:\n  image_min_free_mib: -1\n",
+               "t.yaml:2: sandbox.image_min_free_mib: must be non-negative, got '-1'");
   expect_error("sbxd:\n  max_sandbox_timeout: 0\n",
                "t.yaml:2: sbxd.max_sandbox_timeout: must be positive, got '0'");
 

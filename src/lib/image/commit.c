@@ -266,7 +266,7 @@ static int walk(struct wr *w, int dirfd, const char *rel, int depth, sbx_error_t
 int sbx__commit_begin(const char *home, struct sbx_commit_work *cw, sbx_error_t *err)
 {
   memset(cw, 0, sizeof *cw);
-  if (sbx__image_dl(err) < 0)
+  if (sbx__image_dl(err) < 0 || sbx__image_store_private(home, true, err) < 0)
     return -1;
   cleanup_free char *store = sbx__image_dir(home);
   char name[] = "commit-XXXXXXXX";
@@ -304,6 +304,8 @@ static int commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t 
                            "open the sandbox's upper `%s`", upper);
   cleanup_free char *tmp = xasprintf("%s/layer.tar", cw->dir);
   struct wr w = {.A = sbx__archive_api(), .base = uid_base, .count = uid_count, .ovl = ovl};
+  if (lim)
+    w.lim = *lim;
   w.lim.max_bytes = lim && lim->max_bytes ? lim->max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   w.lim.max_entries = lim && lim->max_entries ? lim->max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   w.out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -380,6 +382,8 @@ int sbx__commit_layer(struct sbx_commit_work *cw, const char *upper, uint32_t ui
     return -1;
   memcpy(cw->layer_hex, hex, sizeof hex);
   cw->layer_size = size;
+  if (lim)
+    cw->lim = *lim; /* the image's budget and reserve too, for the import */
   cw->lim.max_bytes = lim && lim->max_bytes ? lim->max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   cw->lim.max_entries = lim && lim->max_entries ? lim->max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
   return 0;

@@ -103,11 +103,37 @@ void sbx__docker_manifest_free(struct sbx_docker_manifest *m);
 
 /* ---- layer.c: a layer tar (plain, gzip or zstd) unpacked into a fresh directory ---- */
 struct sbx_layer_limits {
-  uint64_t max_bytes;   /* sum of file sizes */
+  uint64_t max_bytes;   /* sum of file sizes of one layer (or of an archive) */
   uint64_t max_entries; /* tar entries */
+  /* the whole image: sum of file sizes of everything one import, pull or commit unpacks (the
+   * archive and every new layer; 0: SBX_IMAGE_MAX_BYTES_DEFAULT) */
+  uint64_t max_image_bytes;
+  /* free space the store's file system keeps while an import writes (0: the default, 1 GiB or
+   * 5% of the file system if that is less; set reserve_none for none) */
+  uint64_t reserve_bytes;
+  bool reserve_none;
 };
 #define SBX_LAYER_MAX_BYTES_DEFAULT (16ull << 30)
 #define SBX_LAYER_MAX_ENTRIES_DEFAULT 1000000ull
+#define SBX_IMAGE_MAX_BYTES_DEFAULT (32ull << 30)
+#define SBX_IMAGE_RESERVE_DEFAULT (1024ull << 20)
+struct sbx_config;
+/* The limits of sandbox.image_layer_max_mib, image_layer_max_entries, image_max_mib and
+ * image_min_free_mib. */
+void sbx__image_limits_from_config(const struct sbx_config *cfg, struct sbx_layer_limits *l);
+/* How much of the budget has been spent, shared by the layers of one import. */
+struct sbx_image_budget {
+  uint64_t spent;   /* bytes unpacked (file sizes, holes included) */
+  uint64_t checked; /* spent at the last free space check */
+};
+/* Charges n bytes about to be written to fd's file system: SBX_E_TOO_LARGE past the image's
+ * budget, or when the file system would keep less than the reserve free. what: the entry. */
+int sbx__image_charge(struct sbx_image_budget *b, const struct sbx_layer_limits *lim, int fd,
+                      uint64_t n, const char *what, sbx_error_t *err);
+/* Writes n bytes at *off of fd, seeking over whole zero blocks (holes); *off advances. The file
+ * is given its size by sbx__sparse_end. */
+int sbx__write_sparse(int fd, const char *buf, size_t n, uint64_t *off);
+int sbx__sparse_end(int fd, uint64_t off);
 /* Reads the layer from fd and creates its entries under rootfd, which must be an empty
  * directory. Every entry resolves inside rootfd and never through a symlink; absolute and `..`
  * names, device nodes (other than whiteouts), links out of the layer, overlay xattrs and
@@ -117,6 +143,7 @@ struct sbx_layer_tally {
   bool rootless;     /* in an ordinary user's store namespace (userns.c): what it cannot make */
   uint64_t squashed; /* entries whose owner the namespace does not map: made root's */
   uint64_t devices;  /* device nodes skipped */
+  struct sbx_image_budget *budget; /* the whole image's; NULL: this layer's limits only */
 };
 /* tally: NULL (or !rootless) for root's store. */
 int sbx__layer_extract(int fd, int rootfd, const struct sbx_layer_limits *lim,
@@ -143,6 +170,14 @@ struct sbx_image_rootfs {
 /* A name as stored: docker.io/library/ dropped, ":latest" added when there is no tag. */
 char *sbx__image_normalize(const char *name);
 char *sbx__image_dir(const char *home);
+/* Before an import, pull or commit writes the store (docs/security.md, "Image store"): a home
+ * other users may write is made go-w if it is ours and refused if it is another user's, and the
+ * store folder images/ must be this user's and is made 0700 (created if create), so no file of
+ * a layer (setuid-root ones included) is reachable by another user, whatever the home's mode. */
+int sbx__image_store_private(const char *home, bool create, sbx_error_t *err);
+/* For sbx doctor: 0 ok, 1 the store folder is open (tightened at the next write), 2 the home
+ * is (tightened, or imports refused); *what receives the line. */
+int sbx__image_store_report(const char *home, char **what);
 int sbx__image_list(const char *home, struct sbx_image_info **v, size_t *n, sbx_error_t *err);
 void sbx__image_info_free(struct sbx_image_info *v, size_t n);
 /* SBX_E_NOT_FOUND if no image has that name. */

@@ -30,7 +30,8 @@ struct imp {
   int workfd;    /* tmp/import-XXXXXX: blobs/, layers/ */
   bool src_ours; /* the source is in the work folder: link its files instead of copying */
   sbx_strv_t *names;
-  struct sbx_layer_tally tally; /* rootless: what the layers had that the store could not keep */
+  struct sbx_layer_tally tally;   /* rootless: what the layers had that the store could not keep */
+  struct sbx_image_budget budget; /* everything this import writes: the archive, copies, layers */
 };
 
 static bool rel_ok(const char *p)
@@ -121,6 +122,12 @@ static int stage_blob(struct imp *im, const char *rel, const char *digest, int64
   cleanup_free char *buf = xmalloc(CHUNK);
   for (;;) {
     ssize_t n = TEMP_FAILURE_RETRY(read(in, buf, CHUNK));
+    if (n > 0 && out >= 0 &&
+        sbx__image_charge(&im->budget, &im->lim, out, (uint64_t) n, what, err) < 0) {
+      char d[SBX_DIGEST_HEX + 1];
+      sbx__sha256_final(sha, d);
+      return -1;
+    }
     if (n < 0 || (n > 0 && out >= 0 && sbx__write_all(out, buf, (size_t) n) < 0)) {
       char d[SBX_DIGEST_HEX + 1];
       sbx__sha256_final(sha, d);
@@ -558,6 +565,8 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
       r = sbx__make_error(err, errno, SBX_E_INVALID, "`%s`: entry `%s`", path, name);
       break;
     }
+    uint64_t off = 0;
+    cleanup_free char *what = xasprintf("`%s`: entry `%s`", path, name);
     for (;;) {
       la_ssize_t got = ar->archive_read_data(a, buf, CHUNK);
       if (got < 0) {
@@ -573,11 +582,17 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
                             (unsigned long long) im->lim.max_bytes);
         break;
       }
-      if (sbx__write_all(out, buf, (size_t) got) < 0) {
+      if (sbx__image_charge(&im->budget, &im->lim, out, (uint64_t) got, what, err) < 0) {
+        r = -1;
+        break;
+      }
+      if (sbx__write_sparse(out, buf, (size_t) got, &off) < 0) {
         r = sbx__make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`: write", path, name);
         break;
       }
     }
+    if (r == 0 && sbx__sparse_end(out, off) < 0)
+      r = sbx__make_error(err, errno, SBX_E_IO, "`%s`: entry `%s`: write", path, name);
   }
   ar->archive_read_free(a);
   return r;
@@ -585,8 +600,9 @@ static int unpack_archive(struct imp *im, const char *path, sbx_error_t *err)
 
 static int mkdirs(const char *store, bool rootless, sbx_error_t *err)
 {
-  /* an ordinary user's store holds files of its subordinate ids (setuid ones too): no one else
-   * may reach them */
+  /* made 0700 by sbx__image_store_private before (root's and an ordinary user's store alike:
+   * either holds setuid files of ids that mean something on the host); again here for a
+   * rootless store, whose namespace's root is the user */
   if (rootless && ((mkdir(store, 0700) < 0 && errno != EEXIST) || chmod(store, 0700) < 0))
     return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", store);
   static const char *const subs[] = {"blobs/sha256", "layers", "tmp"};
@@ -646,6 +662,9 @@ static int import_run(const char *home, const char *path, const struct sbx_image
 {
   struct imp im = {.home = home, .o = o, .srcfd = -1, .workfd = -1, .names = names};
   im.tally.rootless = tally->rootless; /* in the store's namespace we are its root */
+  im.tally.budget = &im.budget;
+  if (o)
+    im.lim = o->limits; /* the image's budget and the reserve: 0 is the default there */
   im.lim.max_bytes = o && o->limits.max_bytes ? o->limits.max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
   im.lim.max_entries =
       o && o->limits.max_entries ? o->limits.max_entries : SBX_LAYER_MAX_ENTRIES_DEFAULT;
@@ -674,6 +693,7 @@ static int import_run(const char *home, const char *path, const struct sbx_image
     sbx__rm_rf_at(tfd, work);
   free(im.store);
   *tally = im.tally;
+  tally->budget = NULL;
   return r;
 }
 
@@ -702,7 +722,7 @@ int sbx__image_import(const char *home, const char *path, const struct sbx_image
                       sbx_strv_t *names, sbx_error_t *err)
 {
   /* loaded before the store's child is forked (no dlopen in a fork of a threaded caller) */
-  if (sbx__image_dl(err) < 0)
+  if (sbx__image_dl(err) < 0 || sbx__image_store_private(home, true, err) < 0)
     return -1;
   struct import_args a = {home, path, o, geteuid() != 0};
   sbx_buf_t out = {0};

@@ -4,7 +4,10 @@
  * it. The layer directory starts empty, so a hard link can only name an entry of this layer.
  * Device nodes are refused except overlayfs whiteouts, which the `.wh.` convention becomes:
  * `.wh.NAME` a 0/0 character device NAME, `.wh..wh..opq` the opaque xattr on its directory.
- * Owners, modes (setuid included), xattrs (not trusted.*: overlayfs' own) and times are kept.
+ * Owners, modes (setuid included), xattrs (not trusted.*: overlayfs' own) and times are kept
+ * (so the store folder is private: sbx__image_store_private). Aligned blocks of zeros become
+ * holes, and every byte counts against the whole image's budget (sbx__image_charge), which
+ * also keeps a reserve of free space on the store's file system.
  *
  * Rootless (tally->rootless: an ordinary user's store, written in its user namespace, userns.c)
  * the same calls run as that namespace's root, so the kernel's checks are the user's: device
@@ -21,6 +24,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -204,25 +208,115 @@ static int set_meta(const struct sbx_archive_api *ar, struct archive_entry *e, i
   return 0;
 }
 
-static int write_data(struct archive *a, const struct sbx_archive_api *ar, int fd, const char *name,
-                      char *buf, uint64_t *total, uint64_t max, sbx_error_t *err)
+/* ---- the whole image's budget, and zeros as holes ---- */
+
+#define HOLE 4096u                   /* a block of zeros this large, aligned, is not written */
+#define FREE_CHECK_EVERY (32u << 20) /* bytes between two looks at the free space */
+
+static bool zeros(const char *p, size_t n)
 {
+  return p[0] == 0 && memcmp(p, p + 1, n - 1) == 0;
+}
+
+static bool hole_at(const char *buf, size_t n, size_t j, uint64_t off, size_t *k)
+{
+  size_t in_block = HOLE - (size_t) ((off + j) % HOLE);
+  *k = n - j < in_block ? n - j : in_block;
+  return *k == HOLE && zeros(buf + j, HOLE);
+}
+
+int sbx__write_sparse(int fd, const char *buf, size_t n, uint64_t *off)
+{
+  size_t i = 0, k;
+  while (i < n) {
+    size_t j = i;
+    while (j < n && !hole_at(buf, n, j, *off, &k))
+      j += k;
+    for (size_t w = i; w < j;) {
+      ssize_t got = TEMP_FAILURE_RETRY(pwrite(fd, buf + w, j - w, (off_t) (*off + w)));
+      if (got <= 0) {
+        if (got == 0)
+          errno = EIO;
+        return -1;
+      }
+      w += (size_t) got;
+    }
+    while (j < n && hole_at(buf, n, j, *off, &k))
+      j += k; /* seeked over: the file system allocates nothing there */
+    i = j;
+  }
+  *off += n;
+  return 0;
+}
+
+int sbx__sparse_end(int fd, uint64_t off)
+{
+  return ftruncate(fd, (off_t) off);
+}
+
+int sbx__image_charge(struct sbx_image_budget *b, const struct sbx_layer_limits *lim, int fd,
+                      uint64_t n, const char *what, sbx_error_t *err)
+{
+  uint64_t max = lim->max_image_bytes ? lim->max_image_bytes : SBX_IMAGE_MAX_BYTES_DEFAULT;
+  if (n > max - b->spent)
+    return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
+                           "%s: the image unpacks to more than its budget of %llu MiB "
+                           "(sandbox.image_max_mib); nothing of it was stored",
+                           what, (unsigned long long) (max >> 20));
+  bool first = b->spent == 0 && b->checked == 0;
+  b->spent += n;
+  if (lim->reserve_none || (!first && b->spent - b->checked < FREE_CHECK_EVERY))
+    return 0;
+  /* every import in flight looks: together they leave the reserve free (or fail), however many
+   * there are */
+  b->checked = b->spent ? b->spent : 1;
+  struct statvfs v;
+  if (fstatvfs(fd, &v) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "%s: statvfs of the image store", what);
+  uint64_t avail = (uint64_t) v.f_bavail * v.f_frsize;
+  uint64_t reserve = lim->reserve_bytes;
+  if (reserve == 0) {
+    /* the default: 1 GiB, or 5% of a smaller file system (a small tmpfs as the home) */
+    uint64_t part = (uint64_t) v.f_blocks * v.f_frsize / 20;
+    reserve = part < SBX_IMAGE_RESERVE_DEFAULT ? part : SBX_IMAGE_RESERVE_DEFAULT;
+  }
+  if (avail < reserve)
+    return sbx__make_error(err, ENOSPC, SBX_E_TOO_LARGE,
+                           "%s: the image store's file system has %llu MiB free, under the "
+                           "reserve of %llu MiB imports keep (sandbox.image_min_free_mib); "
+                           "nothing of the image was stored",
+                           what, (unsigned long long) (avail >> 20),
+                           (unsigned long long) (reserve >> 20));
+  return 0;
+}
+
+static int write_data(struct archive *a, const struct sbx_archive_api *ar, int fd, const char *name,
+                      char *buf, uint64_t *total, const struct sbx_layer_limits *lim,
+                      struct sbx_image_budget *budget, sbx_error_t *err)
+{
+  uint64_t max = lim->max_bytes, off = 0;
+  cleanup_free char *what = xasprintf("layer entry `%s`", name);
   for (;;) {
     la_ssize_t n = ar->archive_read_data(a, buf, CHUNK);
     if (n < 0)
       return sbx__make_error(err, 0, SBX_E_INVALID, "layer entry `%s`: %s", name,
                              ar->archive_error_string(a));
     if (n == 0)
-      return 0;
+      break;
     *total += (uint64_t) n;
     if (*total > max)
       return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
                              "layer entry `%s`: the layer exceeds %llu "
                              "bytes",
                              name, (unsigned long long) max);
-    if (sbx__write_all(fd, buf, (size_t) n) < 0)
+    if (budget && sbx__image_charge(budget, lim, fd, (uint64_t) n, what, err) < 0)
+      return -1;
+    if (sbx__write_sparse(fd, buf, (size_t) n, &off) < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: write", name);
   }
+  if (sbx__sparse_end(fd, off) < 0)
+    return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: write", name);
+  return 0;
 }
 
 static int entry(struct archive *a, const struct sbx_archive_api *ar, struct archive_entry *e,
@@ -242,6 +336,14 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
     return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
                            "layer entry `%s`: the layer exceeds %llu bytes", name,
                            (unsigned long long) lim->max_bytes);
+  if (t && t->budget) {
+    /* refused at its header: an entry larger than what is left is not written at all */
+    struct sbx_image_budget ahead = *t->budget;
+    ahead.checked = ahead.spent; /* no free space check for the look ahead */
+    cleanup_free char *what = xasprintf("layer entry `%s`", name);
+    if (sbx__image_charge(&ahead, lim, rootfd, (uint64_t) size, what, err) < 0)
+      return -1;
+  }
   if (*base == '\0') {
     /* the layer root itself ("./"): its metadata only */
     if (type != AE_IFDIR)
@@ -306,7 +408,7 @@ static int entry(struct archive *a, const struct sbx_archive_api *ar, struct arc
         openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
       return sbx__make_error(err, errno, SBX_E_IO, "layer entry `%s`: create", name);
-    if (write_data(a, ar, fd, name, buf, total, lim->max_bytes, err) < 0)
+    if (write_data(a, ar, fd, name, buf, total, lim, t ? t->budget : NULL, err) < 0)
       return -1;
     return set_meta(ar, e, fd, name, t, err);
   }

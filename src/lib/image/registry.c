@@ -130,8 +130,7 @@ void sbx__pull_opts_from_config(const struct sbx_config *cfg, struct sbx_pull_op
   o->n_registries = cfg->n_registries;
   o->mirrors = (const char *const *) cfg->registry_mirrors;
   o->n_mirrors = cfg->n_registry_mirrors;
-  o->limits.max_bytes = cfg->image_layer_max_mib << 20;
-  o->limits.max_entries = cfg->image_layer_max_entries;
+  sbx__image_limits_from_config(cfg, &o->limits);
 }
 
 static void endpoint_init(struct endpoint *ep, const struct sbx_pull_opts *o, const char *domain,
@@ -881,8 +880,8 @@ static int check_bounds(struct pull *p, const struct sbx_manifest *m, sbx_error_
     return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
                            "registry %s, repository %s: %zu layers (at most %d)", p->ep->domain,
                            p->ep->repo, m->n_layers, SBX_PULL_LAYERS_MAX);
-  uint64_t max =
-      p->o && p->o->limits.max_bytes ? p->o->limits.max_bytes : SBX_LAYER_MAX_BYTES_DEFAULT;
+  uint64_t max = p->o && p->o->limits.max_image_bytes ? p->o->limits.max_image_bytes
+                                                      : SBX_IMAGE_MAX_BYTES_DEFAULT;
   uint64_t total = 0;
   const struct sbx_desc *all[SBX_PULL_LAYERS_MAX + 1];
   all[0] = &m->config;
@@ -904,7 +903,7 @@ static int check_bounds(struct pull *p, const struct sbx_manifest *m, sbx_error_
   if (total > max)
     return sbx__make_error(err, 0, SBX_E_TOO_LARGE,
                            "registry %s, repository %s: the image is %llu MiB compressed, over "
-                           "the limit of %llu MiB (sandbox.image_layer_max_mib)",
+                           "the image's budget of %llu MiB (sandbox.image_max_mib)",
                            p->ep->domain, p->ep->repo, (unsigned long long) (total >> 20),
                            (unsigned long long) (max >> 20));
   /* the config and each distinct layer once */
@@ -1019,8 +1018,8 @@ int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_
   int r = 0;
   /* shared, like an import: prune (exclusive) never sweeps tmp/ under a pull */
   cleanup_close int gc = -1;
-  if (mkdir_ok(p.store, err) < 0 || mkdir_ok(tmp, err) < 0 || mkdir_ok(blobs0, err) < 0 ||
-      mkdir_ok(blobs1, err) < 0)
+  if (sbx__image_store_private(home, true, err) < 0 || mkdir_ok(tmp, err) < 0 ||
+      mkdir_ok(blobs0, err) < 0 || mkdir_ok(blobs1, err) < 0)
     r = -1;
   if (r == 0 && (gc = sbx__image_lock(home, "image-gc", LOCK_SH, err)) < 0)
     r = -1;
@@ -1064,10 +1063,12 @@ int sbx__image_pull(const char *home, const char *refstr, const struct sbx_pull_
     }
     sbx_strv_t names = {0};
     r = sbx__image_import(home, p.work, &io, &names, err);
+    /* stored, or refused whole (over the image's budget, a layer that does not match): a retry
+     * would not use the cache's copies, so they go either way */
+    drop_cached(&p);
     if (r < 0)
       sbx__error_wrap(err, "pull %s", refstr);
     else {
-      drop_cached(&p);
       if (name)
         *name = names.n ? xstrdup(names.v[0]) : sbx__image_normalize(sname);
     }

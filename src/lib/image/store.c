@@ -1,7 +1,9 @@
 /* The store's index, names, listing, removal, pruning and the lookup a sandbox start makes
  * (one small file read: index.json). */
 #include "image.h"
+#include "../log.h"
 #include "../state.h"
+#include <sbx/config.h>
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -18,6 +20,107 @@ char *sbx__image_dir(const char *home)
   if (realpath(home, real) == NULL)
     return xasprintf("%s/images", home);
   return xasprintf("%s/images", real);
+}
+
+/* The store holds an image's files with their owners and modes: a setuid-root program of an
+ * image (or one a sandbox's root made and `sbx commit` stored) is a host setuid-root file in
+ * images/layers/. Only the folder's mode keeps other users from running it, so images/ is this
+ * user's and 0700 whatever the home's mode, and a home others may write (where they could
+ * rename images/ away and put their own folder in its place) is tightened (ours: go-w) or
+ * refused (another user's). */
+static const char *home_problem(const char *home, struct stat *st)
+{
+  memset(st, 0, sizeof *st);
+  if (stat(home, st) < 0)
+    return errno == ENOENT ? NULL : "cannot be read";
+  if (!S_ISDIR(st->st_mode))
+    return "is not a folder";
+  if (st->st_uid != geteuid() && st->st_uid != 0)
+    return "belongs to another user";
+  if (st->st_mode & (S_IWGRP | S_IWOTH))
+    return "is writable by other users";
+  return NULL;
+}
+
+int sbx__image_store_private(const char *home, bool create, sbx_error_t *err)
+{
+  struct stat st;
+  const char *why = home_problem(home, &st);
+  if (why && st.st_uid == geteuid() && S_ISDIR(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    mode_t m = st.st_mode & 07777 & ~(mode_t) (S_IWGRP | S_IWOTH);
+    if (chmod(home, m) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "chmod go-w `%s`", home);
+    sbx__log(SBX_LOG_WARNING,
+             "home `%s` was mode %04o, writable by other users: made %04o (they could replace "
+             "its image store)",
+             home, (unsigned) (st.st_mode & 07777), (unsigned) m);
+    why = NULL;
+  }
+  if (why)
+    return sbx__make_error(
+        err, 0, SBX_E_DENIED,
+        "home `%s` %s (mode %04o, uid %u): its image store could be replaced "
+        "or reached by them; use a home of yours that only you may write (`chmod go-w`), "
+        "or another --home "
+        "(docs/security.md, \"Image store\")",
+        home, why, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid);
+  cleanup_free char *dir = sbx__image_dir(home);
+  if (create && mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return sbx__make_error(err, errno, SBX_E_IO, "create `%s`", dir);
+  if (lstat(dir, &st) < 0)
+    return errno == ENOENT && !create ? 0 : sbx__make_error(err, errno, SBX_E_IO, "`%s`", dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+    return sbx__make_error(err, 0, SBX_E_DENIED,
+                           "image store `%s` is not a folder of this user's (uid %u): remove it",
+                           dir, (unsigned) st.st_uid);
+  if ((st.st_mode & 07777) != 0700) {
+    if (chmod(dir, 0700) < 0)
+      return sbx__make_error(err, errno, SBX_E_IO, "chmod 0700 `%s`", dir);
+    sbx__log(SBX_LOG_WARNING,
+             "image store `%s` was mode %04o: made 0700 (its layers may hold setuid-root files "
+             "no other user may reach)",
+             dir, (unsigned) (st.st_mode & 07777));
+  }
+  return 0;
+}
+
+int sbx__image_store_report(const char *home, char **what)
+{
+  struct stat st;
+  const char *why = home_problem(home, &st);
+  if (why) {
+    bool ours = st.st_uid == geteuid() && S_ISDIR(st.st_mode);
+    *what = xasprintf("home `%s` %s (mode %04o, uid %u): %s", home, why,
+                      (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid,
+                      ours ? "the next import, pull or commit makes it go-w"
+                           : "image imports, pulls and commits are refused");
+    return 2;
+  }
+  cleanup_free char *dir = sbx__image_dir(home);
+  if (lstat(dir, &st) < 0) {
+    *what = xasprintf("`%s`: none yet (made 0700 at the first import)", dir);
+    return 0;
+  }
+  if (S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 077) == 0) {
+    *what = xasprintf("`%s` is private (mode %04o)", dir, (unsigned) (st.st_mode & 07777));
+    return 0;
+  }
+  *what = xasprintf("`%s` is mode %04o, uid %u: other users may reach its layers (setuid-root "
+                    "files included); the next import, pull or commit makes it 0700",
+                    dir, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid);
+  return 1;
+}
+
+void sbx__image_limits_from_config(const struct sbx_config *cfg, struct sbx_layer_limits *l)
+{
+  l->max_bytes = cfg->image_layer_max_mib << 20;
+  l->max_entries = cfg->image_layer_max_entries;
+  l->max_image_bytes = cfg->image_max_mib << 20;
+  /* the default (1024) is the automatic reserve: 1 GiB, or 5% of a smaller file system */
+  l->reserve_bytes = cfg->image_min_free_mib == SBX_IMAGE_RESERVE_DEFAULT >> 20
+                         ? 0
+                         : cfg->image_min_free_mib << 20;
+  l->reserve_none = cfg->image_min_free_mib == 0;
 }
 
 int sbx__image_lock(const char *home, const char *name, int how, sbx_error_t *err)
@@ -182,6 +285,9 @@ int sbx__image_resolve(const char *home, const char *name, struct sbx_image_root
                            "adds one)",
                            name);
   }
+  /* a store made before it was kept private (or opened since) is tightened at a sandbox's
+   * start too; a home that is too open only refuses writes to the store */
+  (void) sbx__image_store_private(home, false, NULL);
   cleanup_free char *dir = sbx__image_dir(home);
   json_t *layers = json_object_get(e, "layers");
   for (size_t i = json_array_size(layers); i-- > 0;) {

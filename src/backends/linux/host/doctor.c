@@ -2,6 +2,7 @@
  * looks at the real thing (a system call, a file the kernel exposes, the cgroup sandboxes would
  * go below) the way a create would, without creating anything. */
 #include "linux.h"
+#include "../../../lib/image/image.h"
 #include <sbx/sbx.h>
 
 #include <errno.h>
@@ -459,11 +460,26 @@ char *sbx_doctor(const struct sbx_config *cfg, int *failures)
   return sbx_doctor_home(cfg, NULL, failures);
 }
 
+/* The image store's privacy (docs/security.md, "Image store"): its layers keep owners and
+ * modes, setuid-root files included, so no other user may reach them. */
+static void check_store(struct report *r, const char *home)
+{
+  const char *h = home && *home ? home : getenv("SBX_HOME");
+  if (h == NULL || *h == '\0')
+    h = sbx__default_home();
+  cleanup_free char *what = NULL;
+  int v = sbx__image_store_report(h, &what);
+  line(r, v == 0 ? OK : WARN, "image store",
+       v == 2 ? "chmod go-w the home (or choose another --home)" : "chmod 0700 the store folder",
+       "%s", what);
+}
+
 char *sbx_doctor_home(const struct sbx_config *cfg, const char *home, int *failures)
 {
   struct report r = {0};
   check_kernel(&r);
   check_privilege(&r, home);
+  check_store(&r, home);
   struct statfs st;
   bool none = cfg->cgroup_manager && strcmp(cfg->cgroup_manager, "none") == 0;
   int bad = cfg->cgroup_required && !none ? FAIL : WARN;
