@@ -635,3 +635,77 @@ def test_aio_follow_a_command_past_no_change_timeout(server):
     assert k["status"] == "terminated" and time.time() - t0 < 5, k
     assert a.ok("POST", "/v1/shell/view", {"id": "k"})["status"] != "running"
     assert a.req("POST", "/v1/shell/view", {"id": "nope"}).status == 404
+
+
+def _quick_start_block():
+    text = open(os.path.join(SOURCE, "docs", "deerflow.md")).read()
+    at = text.index("<!-- quick-start:")
+    start = text.index("```sh\n", at) + len("```sh\n")
+    return text[start:text.index("```", start)]
+
+
+def _sbxd_below(pid):
+    """The sbxd a shell started: the shell itself once it has exec'd, else its child."""
+    for _ in range(300):
+        if os.path.basename(os.readlink("/proc/%d/exe" % pid)) == "sbxd":
+            return pid
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = [int(k) for k in f.read().split()]
+        for k in kids:
+            try:
+                if os.path.basename(os.readlink("/proc/%d/exe" % k)) == "sbxd":
+                    return k
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError("no sbxd below the quick start's shell")
+
+
+def test_docs_quick_start(tmp_path):
+    """docs/deerflow.md's quick start, its shell block run as written (in a folder whose ./build
+    is this build, with HOME in the test's folder; only the port is changed, to a free one), then
+    a create exactly as DeerFlow main's AioSandboxProvider sends it, its Lark CLI mounts
+    included, with the key the block made."""
+    qs = tmp_path / "qs"
+    qs.mkdir()
+    os.symlink(BUILD, str(qs / "build"))
+    block = _quick_start_block()
+    assert "127.0.0.1:8080" in block and "./build/sbxd" in block, block
+    port = Server(tmp_path / "probe", dict(os.environ, PROVISIONER_API_KEY=PKEY))
+    free = port.port
+    port.stop()
+    script = block.replace("127.0.0.1:8080", "127.0.0.1:%d" % free)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROVISIONER_API_KEY", "DEER_FLOW_HOME", "DEER_FLOW_HOST_BASE_DIR",
+                        "THREADS_HOST_PATH", "SBX_HOME")}
+    env["HOME"] = str(tmp_path)
+    s = Server(qs / ".sbx", env, argv=["sh", "-c", script], cwd=str(qs))
+    sbxd = _sbxd_below(s.proc.pid)
+    try:
+        with open("/proc/%d/environ" % sbxd, "rb") as f:
+            senv = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        key = senv[b"PROVISIONER_API_KEY"].decode()
+        home = str(tmp_path / "deer-flow" / "backend" / ".deer-flow")
+        assert senv[b"DEER_FLOW_HOST_BASE_DIR"].decode() == home
+        # the gateway (DeerFlow main, DEER_FLOW_HOME from the same shell) makes its folders and
+        # asks; every mount of its request lies below its state folder
+        s.state_root = home
+        body = deerflow_main_body(home, "qs-sandbox", "qs-thread", "default")
+        assert {m["container_path"] for m in body["extra_mounts"]} >= {
+            "/mnt/integrations/lark-cli/config", "/mnt/integrations/lark-cli/config/locks",
+            "/mnt/integrations/lark-cli/data"}
+        assert s.req("POST", "/api/sandboxes", body, key=None).status == 401
+        a = s.create("qs-sandbox", "qs-thread", "default", key=key)
+        assert a.sh("echo ready")["output"] == "ready\n"
+        a.write("/mnt/integrations/lark-cli/data/token", "t")
+        lark = os.path.join(home, "users", "default", "integrations", "lark-cli")
+        assert open(os.path.join(lark, "data", "token")).read() == "t"
+        out = a.sh("ls -d /mnt/acp-workspace /mnt/skills/custom /mnt/integrations/lark-cli/config/locks")
+        assert out["exit_code"] == 0, out
+        # the sandbox is in the home the block's sbxd uses (.sbx in its folder, as root)
+        assert os.path.isdir(str(qs / ".sbx" / "sandboxes"))
+    finally:
+        if sbxd != s.proc.pid:
+            os.kill(sbxd, signal.SIGTERM)
+        s.stop()
+        subprocess.run([SBX, "--home", str(qs / ".sbx"), "down"], capture_output=True)
