@@ -80,6 +80,9 @@ def deerflow_main_body(base, sandbox_id, thread_id=None, user_id=None):
     os.makedirs(os.path.join(u, "skills_view", "legacy"), exist_ok=True)
     for h, _, _ in mounts:
         os.makedirs(h, exist_ok=True)
+    for d in (lark, os.path.join(lark, "config"), os.path.join(lark, "config", "locks"),
+              os.path.join(lark, "data")):
+        os.chmod(d, 0o700)  # ensure_lark_cli_credential_tree: owner-only
     body = {"sandbox_id": sandbox_id, "thread_id": thread_id, "user_id": user,
             "include_legacy_skills": False, "provision_lark_cli_runtime": False,
             "provision_lark_cli_broker": False,
