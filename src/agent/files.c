@@ -465,8 +465,9 @@ int agent_list(struct agent_conn *c, const char *payload, size_t len)
     depth = SBX_SEARCH_MAX_DEPTH;
   sbx_strv_t out = {0};
   bool truncated = false;
-  int r = sbx__search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out,
-                               &truncated, &err);
+  /* the longest deadline: list_dir's answer has no truncated flag to tell a cut listing by */
+  int r = sbx__search_list_dir(path, (int) depth, (size_t) max, search_begin(c, SEARCH_TIMEOUT_MS),
+                               &out, &truncated, &err);
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);

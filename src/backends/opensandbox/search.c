@@ -245,8 +245,9 @@ int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *
   cleanup_free char *qp = sbx__shell_quote(path);
   cleanup_free char *args = xasprintf("ls %s %d", qp, depth);
   struct helper_out h = {.strs = out};
-  uint64_t deadline = sbx__now_ms() + SBX_SEARCH_DEFAULT_MS;
-  int rc = run_helper(r, args, SBX_SEARCH_DEFAULT_MS, &h, err);
+  /* the longest deadline: list_dir's answer has no truncated flag */
+  uint64_t deadline = sbx__now_ms() + SBX_SEARCH_TIMEOUT_MAX_MS;
+  int rc = run_helper(r, args, SBX_SEARCH_TIMEOUT_MAX_MS, &h, err);
   helper_out_free(&h);
   if (rc != 0)
     return rc < 0 ? -1 : (*err ? -1 : 0);
