@@ -226,6 +226,11 @@ SBX_PUBLIC int sbx_download_file(sbx_sandbox_t *sb, const char *path, void **dat
 /* list_dir: entries below path to max_depth, directories ending in '/'; missing = not found. */
 SBX_PUBLIC int sbx_list_dir(sbx_sandbox_t *sb, const char *path, int max_depth, char ***entries,
                             size_t *n, sbx_error_t *err);
+/* Every glob and grep ends by a deadline: one that runs longer than SBX_SEARCH_TIMEOUT seconds
+ * (grep: its opts' timeout, at most SBX_SEARCH_TIMEOUT_MAX) answers what it found so far with
+ * truncated set, and sbx-init stops its work (a back-reference regex's worker is killed). */
+#define SBX_SEARCH_TIMEOUT 30
+#define SBX_SEARCH_TIMEOUT_MAX 590
 SBX_PUBLIC int sbx_glob(sbx_sandbox_t *sb, const char *path, const char *pattern, bool include_dirs,
                         size_t max_results, char ***matches, size_t *n, bool *truncated,
                         sbx_error_t *err);
@@ -241,6 +246,7 @@ struct sbx_grep_opts {
   bool case_sensitive;
   size_t max_results; /* DeerFlow's default is 100; 0 returns no match, and truncated if
                          anything matched (NULL opts means 100) */
+  double timeout;     /* seconds; 0 = SBX_SEARCH_TIMEOUT, above SBX_SEARCH_TIMEOUT_MAX = that */
 };
 SBX_PUBLIC int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,
                         const struct sbx_grep_opts *opts, struct sbx_grep_match **matches,

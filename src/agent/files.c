@@ -427,16 +427,20 @@ static int send_items(struct agent_conn *c, char **items, size_t n, bool truncat
   return agent_items_finish(&it, truncated);
 }
 
-/* A search without a timeout of its own ends by this one: 10 s under the client library's 600 s
- * socket timeout, so its answer (truncated) arrives before the client gives up. */
-#define SEARCH_TIMEOUT_MS (590 * 1000)
+/* A search without a timeout of its own ends by SBX_SEARCH_TIMEOUT (include/sbx/sbx.h), and
+ * none takes longer than SBX_SEARCH_TIMEOUT_MAX: 10 s under the client library's 600 s socket
+ * timeout, so its answer (truncated) arrives before the client gives up. */
+#define SEARCH_DEFAULT_MS SBX_SEARCH_DEFAULT_MS
+#define SEARCH_TIMEOUT_MS SBX_SEARCH_TIMEOUT_MAX_MS
 
-/* The deadline of a search asked to take at most timeout_ms (0: SEARCH_TIMEOUT_MS, and never
- * more). While it runs the client's connection is watched too (sbx__search_set_cancel_fd), so a
- * search whose client went away stops. */
+/* The deadline of a search asked to take at most timeout_ms (0: SEARCH_DEFAULT_MS; never more
+ * than SEARCH_TIMEOUT_MS). While it runs the client's connection is watched too
+ * (sbx__search_set_cancel_fd), so a search whose client went away stops. */
 static uint64_t search_begin(struct agent_conn *c, uint64_t timeout_ms)
 {
-  if (timeout_ms == 0 || timeout_ms > SEARCH_TIMEOUT_MS)
+  if (timeout_ms == 0)
+    timeout_ms = SEARCH_DEFAULT_MS;
+  if (timeout_ms > SEARCH_TIMEOUT_MS)
     timeout_ms = SEARCH_TIMEOUT_MS;
   sbx__search_set_cancel_fd(c->fd);
   return sbx__now_ms() + timeout_ms;
@@ -461,8 +465,9 @@ int agent_list(struct agent_conn *c, const char *payload, size_t len)
     depth = SBX_SEARCH_MAX_DEPTH;
   sbx_strv_t out = {0};
   bool truncated = false;
-  int r = sbx__search_list_dir(path, (int) depth, (size_t) max, search_begin(c, 0), &out,
-                               &truncated, &err);
+  /* the longest deadline: list_dir's answer has no truncated flag to tell a cut listing by */
+  int r = sbx__search_list_dir(path, (int) depth, (size_t) max, search_begin(c, SEARCH_TIMEOUT_MS),
+                               &out, &truncated, &err);
   search_end();
   if (r < 0)
     return agent_reply_error(c, &err);

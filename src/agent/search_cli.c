@@ -9,12 +9,16 @@
  *   {"p":"/abs/path"}                         (ls, glob)
  *   {"p":"/abs/path","n":12,"t":"line"}       (grep)
  *   {"ok":true,"truncated":false}             or {"ok":false,"kind":"not_found","msg":"..."}
+ *
+ * Each ends by SBX_SEARCH_TIMEOUT_MS in the environment (ms; unset or 0: SBX_SEARCH_DEFAULT_MS,
+ * never more than SBX_SEARCH_TIMEOUT_MAX_MS), answering what it found with truncated true.
  */
 #include "agent.h"
 #include "search.h"
 #include "text.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void json_str(FILE *f, const char *s)
@@ -54,6 +58,18 @@ static bool num(const char *s, long long *out)
   return *s && *end == '\0';
 }
 
+/* the deadline of this search: SBX_SEARCH_TIMEOUT_MS from now */
+static uint64_t search_deadline(void)
+{
+  const char *v = getenv("SBX_SEARCH_TIMEOUT_MS");
+  long long ms = 0;
+  if (v == NULL || !num(v, &ms) || ms <= 0)
+    ms = SBX_SEARCH_DEFAULT_MS;
+  if (ms > SBX_SEARCH_TIMEOUT_MAX_MS)
+    ms = SBX_SEARCH_TIMEOUT_MAX_MS;
+  return sbx__now_ms() + (uint64_t) ms;
+}
+
 int sbx__agent_search_main(int argc, char **argv)
 {
   sbx_error_t err = NULL;
@@ -61,7 +77,8 @@ int sbx__agent_search_main(int argc, char **argv)
   long long a, b, c, d;
   if (argc == 4 && strcmp(argv[1], "ls") == 0 && num(argv[3], &a)) {
     sbx_strv_t out = {0};
-    int r = sbx__search_list_dir(argv[2], (int) a, 100000, 0, &out, &truncated, &err);
+    int r =
+        sbx__search_list_dir(argv[2], (int) a, 100000, search_deadline(), &out, &truncated, &err);
     for (size_t i = 0; r == 0 && i < out.n; i++) {
       printf("{\"p\":");
       json_str(stdout, out.v[i]);
@@ -72,7 +89,8 @@ int sbx__agent_search_main(int argc, char **argv)
   }
   if (argc == 6 && strcmp(argv[1], "glob") == 0 && num(argv[4], &a) && num(argv[5], &b)) {
     sbx_strv_t out = {0};
-    int r = sbx__search_glob(argv[2], argv[3], a != 0, (size_t) b, 0, &out, &truncated, &err);
+    int r = sbx__search_glob(argv[2], argv[3], a != 0, (size_t) b, search_deadline(), &out,
+                             &truncated, &err);
     for (size_t i = 0; r == 0 && i < out.n; i++) {
       printf("{\"p\":");
       json_str(stdout, out.v[i]);
@@ -86,8 +104,8 @@ int sbx__agent_search_main(int argc, char **argv)
     (void) d;
     sbx_grep_matches_t m = {0};
     const char *glob = strcmp(argv[4], "-") == 0 ? NULL : argv[4];
-    int r = sbx__search_grep(argv[2], argv[3], glob, a != 0, b != 0, (size_t) c, 0, &m, &truncated,
-                             &err);
+    int r = sbx__search_grep(argv[2], argv[3], glob, a != 0, b != 0, (size_t) c, search_deadline(),
+                             &m, &truncated, &err);
     for (size_t i = 0; r == 0 && i < m.n; i++) {
       printf("{\"p\":");
       json_str(stdout, m.v[i].path);

@@ -7,13 +7,15 @@
 
 static const char usage[] =
     "Usage: sbx grep -t THREAD [-u USER] PATH PATTERN [--glob G] [--fixed] [--case-sensitive]\n"
-    "                [--max N] [--json]\n"
+    "                [--max N] [--timeout S] [--json]\n"
     "\n"
     "Prints `path:line: text` for each line matching PATTERN (POSIX extended regex, or a fixed\n"
     "string with --fixed; case-insensitive unless --case-sensitive) in the text files below\n"
     "PATH (or PATH itself if it is a file). --glob filters files like `sbx glob`. Binary files,\n"
     "files over 1,000,000 bytes and lines over 2000 characters are skipped; long lines are cut\n"
     "to 197 characters + \"...\". At most N matches (default 100); a bad regex is an error.\n"
+    "The search ends after S seconds (default 30, at most 590) with the matches found so far,\n"
+    "reported as truncated.\n"
     "--json prints {\"matches\": [{\"path\",\"line_number\",\"line\"}], \"truncated\": bool}.\n";
 
 struct args {
@@ -38,6 +40,10 @@ static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
     return 0;
   case 'j':
     a->json = true;
+    return 0;
+  case 'T':
+    if (!cli_parse_seconds(arg, &a->o.timeout) || a->o.timeout <= 0)
+      return cli_usage_error(c, "--timeout needs a positive number of seconds, got '%s'", arg);
     return 0;
   default:
     if (!cli_parse_long(arg, &v) || v < 0 || v > 100000)
@@ -71,7 +77,12 @@ static int run(sbx_sandbox_t *sb, void *arg)
   } else {
     for (size_t i = 0; i < n; i++)
       printf("%s:%llu: %s\n", m[i].path, (unsigned long long) m[i].line_number, m[i].line);
-    if (truncated)
+    if (truncated && n < a->o.max_results)
+      fprintf(stderr,
+              "sbx: the search ran out of time (--timeout, default %d s); there may be more "
+              "matches: narrow the path or add a glob filter\n",
+              SBX_SEARCH_TIMEOUT);
+    else if (truncated)
       fprintf(stderr, "sbx: results truncated at %zu; narrow the path or add a glob filter\n",
               a->o.max_results);
   }
@@ -81,10 +92,13 @@ static int run(sbx_sandbox_t *sb, void *arg)
 
 int cmd_grep(struct cli *c, int argc, char **argv)
 {
-  static const struct option opts[] = {
-      {"glob", required_argument, NULL, 'g'},     {"fixed", no_argument, NULL, 'F'},
-      {"case-sensitive", no_argument, NULL, 'C'}, {"max", required_argument, NULL, 'm'},
-      {"json", no_argument, NULL, 'j'},           {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {{"glob", required_argument, NULL, 'g'},
+                                       {"fixed", no_argument, NULL, 'F'},
+                                       {"case-sensitive", no_argument, NULL, 'C'},
+                                       {"max", required_argument, NULL, 'm'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"timeout", required_argument, NULL, 'T'},
+                                       {NULL, 0, NULL, 0}};
   struct cli_scope s = {0};
   struct args a = {.o.max_results = 100};
   int r = cli_parse(c, argc, argv, usage, &s, opts, "", on_opt, &a, 2);

@@ -36,6 +36,11 @@
 #include "util.h"
 #include "walk.h"
 
+/* include/sbx/sbx.h's SBX_SEARCH_TIMEOUT and SBX_SEARCH_TIMEOUT_MAX in ms, for sbx-init (which
+ * includes no public header; src/lib/contract.c checks that they agree) */
+#define SBX_SEARCH_DEFAULT_MS (30 * 1000)
+#define SBX_SEARCH_TIMEOUT_MAX_MS (590 * 1000)
+
 /* list_dir: the entries below path down to max_depth (1 = children), absolute, directories with
  * a trailing '/', sorted by strcmp on those strings, the root itself excluded. max_depth 0 gives
  * an empty list (the root is still checked). At most max_entries: the walk stops at

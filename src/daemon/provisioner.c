@@ -13,8 +13,11 @@
  * AIO API (aio.c). Configuration is app.py's environment: PROVISIONER_API_KEY (every /api/
  * route needs it as X-API-Key; unset, they all answer 401 as app.py does), THREADS_HOST_PATH
  * (the gateway's thread folders: /mnt/user-data is THREADS_HOST_PATH/<thread>/user-data; unset,
- * the (user, thread) scope's folder in sbx's home) and DEER_FLOW_HOST_BASE_DIR (skills and the
- * root extra mounts must lie under; unset, neither is mounted). */
+ * the (user, thread) scope's folder in sbx's home) and DEER_FLOW_HOST_BASE_DIR (DeerFlow's state
+ * root: skills and extra mounts must lie under it; unset, app.py's derivation, the parent of a
+ * THREADS_HOST_PATH that ends in /threads; neither, no skills and every extra mount refused with
+ * a message naming the variable). Host folders below the root are opened and made with
+ * descriptors (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), never by path. */
 #include "provisioner.h"
 #include "ctx.h"
 #include "registry.h"
@@ -22,13 +25,16 @@
 #include "aio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAX_EXTRA_MOUNTS 10
@@ -220,18 +226,72 @@ static void mount_add(struct mounts *ms, const char *host, const char *cpath, bo
   ms->n++;
 }
 
-static bool is_dir(const char *p)
+/* DeerFlow's state root, the folder every extra mount and skills folder must lie in: app.py's
+ * _host_base_dir_for_extra_mounts, DEER_FLOW_HOST_BASE_DIR, else the parent of
+ * THREADS_HOST_PATH when that ends in /threads (DeerFlow's layout), else none. The variable it
+ * came from goes to *from. Returned clean (no "." or ".." or "//"), or NULL. */
+static char *state_root(const char **from)
 {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+  const char *base = env_nonempty("DEER_FLOW_HOST_BASE_DIR");
+  *from = "DEER_FLOW_HOST_BASE_DIR";
+  if (base)
+    return base[0] == '/' ? sbxd_path_clean(base) : NULL;
+  const char *threads = env_nonempty("THREADS_HOST_PATH");
+  if (threads == NULL || threads[0] != '/')
+    return NULL;
+  char *t = sbxd_path_clean(threads);
+  char *slash = strrchr(t, '/');
+  if (slash == NULL || strcmp(slash, "/threads") != 0 || slash == t) {
+    free(t);
+    return NULL;
+  }
+  *slash = '\0';
+  *from = "THREADS_HOST_PATH";
+  return t;
+}
+
+/* Opens the folder rel (relative, clean; "" is the root itself) below the open folder rootfd,
+ * one component at a time with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): never through a
+ * symbolic link, never out of the root, so nothing outside it is looked at, made or changed.
+ * With create, a missing folder is made with mkdirat and given its mode with fchmod on its own
+ * descriptor (0777 for the last: a sandbox's root is an unprivileged id on the host; 0755 on the
+ * way). Without, a missing folder ends the walk with ENOENT. Returns a descriptor or -1 (errno). */
+static int open_beneath(int rootfd, const char *rel, bool create)
+{
+  int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+  cleanup_free char *copy = xstrdup(rel);
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, "/", &save); fd >= 0 && tok; tok = strtok_r(NULL, "/", &save)) {
+    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+    int next = (int) syscall(SYS_openat2, fd, tok, &how, sizeof how);
+    if (next < 0 && errno == ENOENT && create) {
+      bool last = save == NULL || *save == '\0';
+      if (mkdirat(fd, tok, 0700) < 0 && errno != EEXIST) {
+        next = -1;
+      } else if ((next = (int) syscall(SYS_openat2, fd, tok, &how, sizeof how)) >= 0 &&
+                 fchmod(next, last ? 0777 : 0755) < 0) {
+        close(next);
+        next = -1;
+      }
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    fd = next;
+  }
+  return fd;
 }
 
 /* app.py's _validated_extra_mounts: at most 10, host paths absolute and under the DeerFlow state
  * root, container paths from the allowed set, no duplicate. A read-only host folder must exist
  * (a hostPath of type Directory); a writable one is created (DirectoryOrCreate). 400 with
- * app.py's wording otherwise. */
-static int extra_mounts(struct req *r, json_t *list, const char *base, struct mounts *ms,
-                        enum MHD_Result *ret)
+ * app.py's wording otherwise; a refusal for the state root names the variable to set, in the
+ * answer and in the log. Each host path is then resolved below the root with descriptors
+ * (open_beneath): a path through a symbolic link (a sandbox can plant one in a writable folder
+ * under the state root) is refused with one answer whatever lies behind the link. */
+static int extra_mounts(struct req *r, json_t *list, const char *base, const char *from,
+                        struct mounts *ms, enum MHD_Result *ret)
 {
   size_t n = json_array_size(list);
   if (n > MAX_EXTRA_MOUNTS) {
@@ -249,7 +309,18 @@ static int extra_mounts(struct req *r, json_t *list, const char *base, struct mo
       return -1;
     }
     if (base == NULL || !under(host, base)) {
-      *ret = detail(r, 400, "Extra mount host path is outside DeerFlow state: %s", hp);
+      char *fix = base == NULL
+                      ? xstrdup("sbxd knows no DeerFlow state root: set DEER_FLOW_HOST_BASE_DIR to "
+                                "DeerFlow's state folder (the gateway's DEER_FLOW_HOME), or "
+                                "THREADS_HOST_PATH to its threads folder")
+                  : strcmp(from, "THREADS_HOST_PATH") == 0
+                      ? xasprintf("it must be below %s, the parent of THREADS_HOST_PATH; set "
+                                  "DEER_FLOW_HOST_BASE_DIR for another state root",
+                                  base)
+                      : xasprintf("it must be below DEER_FLOW_HOST_BASE_DIR=%s", base);
+      sbxd_log(SBXD_WARN, "provisioner: extra mount %s refused: %s", hp, fix);
+      *ret = detail(r, 400, "Extra mount host path is outside DeerFlow state: %s (%s)", hp, fix);
+      free(fix);
       return -1;
     }
     if (cp[0] != '/') {
@@ -267,43 +338,85 @@ static int extra_mounts(struct req *r, json_t *list, const char *base, struct mo
       *ret = detail(r, 400, "Duplicate extra mount path: %s", cont);
       return -1;
     }
-    bool ro = json_is_true(json_object_get(m, "read_only"));
-    if (ro && !is_dir(host)) {
-      *ret = detail(r, 400, "Extra mount host path is not a directory: %s", host);
-      return -1;
-    }
-    mount_add(ms, host, cont, ro);
+    mount_add(ms, host, cont, json_is_true(json_object_get(m, "read_only")));
   }
-  /* only a request found valid creates folders */
-  for (size_t i = 0; i < ms->n; i++)
-    /* 0777 as volumes.c's: a sandbox's root is an unprivileged id on the host */
-    if (!is_dir(ms->m[i].host_path) &&
-        (sbx__mkdir_p(ms->m[i].host_path, 0777) < 0 || chmod(ms->m[i].host_path, 0777) < 0)) {
-      *ret = detail(r, 500, "Extra mount host path %s could not be created: %s", ms->m[i].host_path,
-                    strerror(errno));
-      return -1;
+  if (ms->n == 0)
+    return 0;
+  /* the root is the operator's and may be reached through links of its own: resolved once */
+  char real[PATH_MAX];
+  cleanup_close int rootfd = -1;
+  if (realpath(base, real) == NULL || (rootfd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    sbxd_log(SBXD_WARN, "provisioner: DeerFlow state root %s=%s cannot be opened: %s", from, base,
+             strerror(errno));
+    *ret = detail(r, 500, "DeerFlow state root %s=%s cannot be opened", from, base);
+    return -1;
+  }
+  /* a dry run first, so that a refused mount leaves nothing made for another; then the
+   * writable ones are made; each mount gets the resolved path (no link in it, which the
+   * launcher checks again when it binds it) */
+  for (int create = 0; create < 2; create++) {
+    for (size_t i = 0; i < ms->n; i++) {
+      struct sbx_mount *m = &ms->m[i];
+      const char *rel = m->host_path + strlen(base);
+      rel += strspn(rel, "/");
+      int fd = open_beneath(rootfd, rel, create && !m->read_only);
+      if (fd < 0 && errno == ENOENT && !create && !m->read_only)
+        continue; /* made in the second pass */
+      if (fd < 0 && create) {
+        sbxd_log(SBXD_WARN, "provisioner: extra mount %s could not be made: %s", m->host_path,
+                 strerror(errno));
+        *ret = detail(r, 500, "Extra mount host path %s could not be created", m->host_path);
+        return -1;
+      }
+      if (fd < 0) {
+        /* missing, not a folder, or through a symbolic link: one answer, which tells nothing
+         * about what a link points at */
+        *ret = detail(r, 400,
+                      "Extra mount host path is not a folder inside DeerFlow state (reached "
+                      "without symbolic links): %s",
+                      m->host_path);
+        return -1;
+      }
+      close(fd);
+      if (create) {
+        char *resolved =
+            *rel ? xasprintf("%s/%s", strcmp(real, "/") ? real : "", rel) : xstrdup(real);
+        free(m->host_path);
+        m->host_path = resolved;
+      }
     }
+  }
   return 0;
 }
 
-/* The three skills folders of app.py's hostPath layout, read-only, those that exist (an extra
- * mount at the same path wins: DeerFlow's gateway sends /mnt/skills/custom as one). */
+/* The three skills folders of app.py's hostPath layout, read-only, those that exist below the
+ * state root without a symbolic link on the way (an extra mount at the same path wins:
+ * DeerFlow's gateway sends /mnt/skills/custom as one). */
 static void skills_mounts(const char *base, const char *user, struct mounts *ms)
 {
-  if (base == NULL)
+  char real[PATH_MAX];
+  if (base == NULL || realpath(base, real) == NULL)
     return;
+  cleanup_close int rootfd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return;
+  const char *top = strcmp(real, "/") ? real : "";
   struct {
     const char *cpath;
-    char *host;
+    char *rel;
   } s[] = {
-      {"/mnt/skills/public", xasprintf("%s/skills_view/public", base)},
-      {"/mnt/skills/custom", xasprintf("%s/users/%s/skills_view/custom", base, user)},
-      {"/mnt/skills/legacy", xasprintf("%s/users/%s/skills_view/legacy", base, user)},
+      {"/mnt/skills/public", xstrdup("skills_view/public")},
+      {"/mnt/skills/custom", xasprintf("users/%s/skills_view/custom", user)},
+      {"/mnt/skills/legacy", xasprintf("users/%s/skills_view/legacy", user)},
   };
   for (size_t i = 0; i < ARRAY_SIZE(s); i++) {
-    if (!mounted_at(ms, s[i].cpath) && is_dir(s[i].host))
-      mount_add(ms, s[i].host, s[i].cpath, true);
-    free(s[i].host);
+    int fd = mounted_at(ms, s[i].cpath) ? -1 : open_beneath(rootfd, s[i].rel, false);
+    if (fd >= 0) {
+      cleanup_free char *host = xasprintf("%s/%s", top, s[i].rel);
+      mount_add(ms, host, s[i].cpath, true);
+      close(fd);
+    }
+    free(s[i].rel);
   }
 }
 
@@ -396,10 +509,10 @@ static int create_parse(struct req *r, json_t *body, struct create_req *c, enum 
 
 static struct box *create_box(struct req *r, const struct create_req *c, enum MHD_Result *ret)
 {
-  const char *base = env_nonempty("DEER_FLOW_HOST_BASE_DIR");
-  cleanup_free char *base_clean = base ? sbxd_path_clean(base) : NULL;
+  const char *from = NULL;
+  cleanup_free char *base_clean = state_root(&from);
   struct mounts ms = {0};
-  if (extra_mounts(r, c->extra_mounts, base_clean, &ms, ret) < 0) {
+  if (extra_mounts(r, c->extra_mounts, base_clean, from, &ms, ret) < 0) {
     mounts_free(&ms);
     return NULL;
   }

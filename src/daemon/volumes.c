@@ -69,7 +69,15 @@ static int walk(int dirfd, const char *rel, bool create, char **why, int *out)
         close(fd);
         return -1;
       }
-      fchmodat(fd, tok, 0777, 0);
+      /* its mode through its own descriptor: by name (fchmodat) a symlink put in its place by a
+       * sandbox that has this volume would be followed, and its target made 0777 */
+      struct open_how rw = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
+                            .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH};
+      int made = (int) syscall(SYS_openat2, fd, tok, &rw, sizeof rw);
+      if (made >= 0) {
+        fchmod(made, 0777);
+        close(made);
+      }
       next = (int) syscall(SYS_openat2, fd, tok, &how, sizeof how);
     }
     struct stat st;

@@ -3,9 +3,14 @@
  * error (SBX_E_BACKEND) marks the sandbox broken so that it is evicted and the next acquire
  * cold-starts a replacement; the failing call still reports its error, and nothing is retried. */
 #include "provider.h"
+#include "search.h"
 #include "text.h"
 
 #include <string.h>
+
+_Static_assert(SBX_SEARCH_TIMEOUT * 1000 == SBX_SEARCH_DEFAULT_MS &&
+                   SBX_SEARCH_TIMEOUT_MAX * 1000 == SBX_SEARCH_TIMEOUT_MAX_MS,
+               "sbx.h's search timeouts are sbx-init's");
 
 static int finish(sbx_sandbox_t *sb, int ret, sbx_error_t *err)
 {
@@ -197,5 +202,11 @@ int sbx_grep(sbx_sandbox_t *sb, const char *path, const char *pattern,
   if (pattern == NULL)
     return sbx__make_error(err, 0, SBX_E_INVALID, "pattern must be a string");
   struct sbx_grep_opts o = opts ? *opts : (struct sbx_grep_opts){.max_results = 100};
+  if (o.timeout < 0)
+    return sbx__make_error(err, 0, SBX_E_INVALID, "timeout must be positive, got %g", o.timeout);
+  if (!(o.timeout > 0)) /* 0, NaN */
+    o.timeout = SBX_SEARCH_TIMEOUT;
+  if (o.timeout > SBX_SEARCH_TIMEOUT_MAX)
+    o.timeout = SBX_SEARCH_TIMEOUT_MAX;
   return finish(sb, sb->in.ops->grep(&sb->in, path, pattern, &o, matches, n, truncated, err), err);
 }

@@ -48,6 +48,7 @@ for pkg in ("deerflow.runtime", "deerflow.skills", "deerflow.community.aio_sandb
 from deerflow.community.aio_sandbox.aio_sandbox import AioSandbox  # noqa: E402
 from deerflow.community.aio_sandbox.backend import wait_for_sandbox_ready  # noqa: E402
 from deerflow.community.aio_sandbox.remote_backend import RemoteSandboxBackend  # noqa: E402
+from deerflow.config.paths import VIRTUAL_PATH_PREFIX, get_paths, join_host_path  # noqa: E402
 
 
 
@@ -57,10 +58,45 @@ def sandbox_id(thread, user):
     return hashlib.sha256(("%s:%s" % (user, thread)).encode()).hexdigest()[:16]
 
 
+def extra_mounts(thread, user):
+    """AioSandboxProvider._get_extra_mounts of DeerFlow main, with DeerFlow's own Paths (its
+    module needs an LLM library: see above): the thread's folders, the skills views, the
+    integration skills and the Lark CLI folders, each made first as the provider makes them
+    (ensure_thread_dirs; the skills projection; ensure_lark_cli_credential_tree, owner-only).
+    RemoteSandboxBackend then keeps those the provisioner takes (_provisioner_extra_mounts_payload):
+    all but /mnt/user-data/* and /mnt/skills/{public,legacy}."""
+    paths = get_paths()
+    paths.ensure_thread_dirs(thread, user_id=user)
+    base = str(paths.host_base_dir)
+    lark_cfg = paths.host_user_integration_config_dir(user, "lark-cli")
+    lark_data = paths.host_user_integration_data_dir(user, "lark-cli")
+    views = [join_host_path(base, "skills_view", "public")] + [
+        join_host_path(base, "users", user, "skills_view", v) for v in ("custom", "legacy", "integrations")]
+    for d in views:
+        os.makedirs(d, exist_ok=True)
+    for d in (os.path.dirname(lark_cfg), lark_cfg, join_host_path(lark_cfg, "locks"), lark_data):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        os.chmod(d, 0o700)
+    return [
+        (paths.host_sandbox_work_dir(thread, user_id=user), VIRTUAL_PATH_PREFIX + "/workspace", False),
+        (paths.host_sandbox_uploads_dir(thread, user_id=user), VIRTUAL_PATH_PREFIX + "/uploads", False),
+        (paths.host_sandbox_outputs_dir(thread, user_id=user), VIRTUAL_PATH_PREFIX + "/outputs", False),
+        (paths.host_acp_workspace_dir(thread, user_id=user), "/mnt/acp-workspace", True),
+        (views[0], "/mnt/skills/public", True),
+        (views[1], "/mnt/skills/custom", True),
+        (views[2], "/mnt/skills/legacy", True),
+        (views[3], "/mnt/skills/integrations", True),
+        # deerflow.integrations.lark_cli's LARK_CLI_SANDBOX_{CONFIG,LOCKS,DATA}_DIR
+        (lark_cfg, "/mnt/integrations/lark-cli/config", True),
+        (join_host_path(lark_cfg, "locks"), "/mnt/integrations/lark-cli/config/locks", False),
+        (lark_data, "/mnt/integrations/lark-cli/data", False),
+    ]
+
+
 def acquire(backend, thread, user):
-    """What AioSandboxProvider._create_sandbox does in remote mode."""
+    """What AioSandboxProvider._create_sandbox does in remote mode (DeerFlow main's mounts)."""
     sid = sandbox_id(thread, user)
-    info = backend.create(thread, sid, user_id=user)
+    info = backend.create(thread, sid, extra_mounts(thread, user), user_id=user)
     check(wait_for_sandbox_ready(info.sandbox_url, timeout=60), "sandbox %s ready" % sid)
     return sid, info, AioSandbox(id=sid, base_url=info.sandbox_url)
 
@@ -78,13 +114,19 @@ if sys.argv[1] == "create":
           sb.execute_command("echo $KEEP; pwd").split() == ["1", "/tmp"], "the shell persists")
 
     contract(sb)
+    # DeerFlow main's extra mounts are in: the Lark CLI folders (config read-only, its locks and
+    # data writable) and the acp-workspace
+    lark = sb.execute_command("touch /mnt/integrations/lark-cli/data/t /mnt/integrations/lark-cli/"
+                              "config/locks/l && echo rw; touch /mnt/integrations/lark-cli/config/x "
+                              "2>/dev/null || echo ro; test -d /mnt/acp-workspace && echo acp")
+    check(lark.split() == ["rw", "ro", "acp"], "DeerFlow main's Lark CLI and acp mounts (%r)" % lark)
 
     # the provider's bookkeeping calls
     check(backend.is_alive(info_a), "is_alive")
     d = backend.discover(sid_a)
     check(d is not None and d.sandbox_url == info_a.sandbox_url, "discover")
     check(backend.discover("no-such-sandbox") is None, "discover of a missing sandbox")
-    again = backend.create("thread-a", sid_a, user_id="alice")
+    again = backend.create("thread-a", sid_a, extra_mounts("thread-a", "alice"), user_id="alice")
     check(again.sandbox_url == info_a.sandbox_url and
           AioSandbox(id=sid_a, base_url=again.sandbox_url).read_file(
               "/mnt/user-data/workspace/notes.txt").startswith("alpha"), "create of an existing id (idempotent)")

@@ -135,6 +135,12 @@ def main():
     check(first.strip() == "first", "execute_command on a new thread (%.0f ms)" % ((time.perf_counter() - t0) * 1000))
 
     contract(sb)
+    # the provider's request carried DeerFlow main's extra mounts (its Lark CLI folders: config
+    # read-only, locks and data writable; the acp-workspace), and sbxd mounted them
+    lark = sb.execute_command("touch /mnt/integrations/lark-cli/data/t /mnt/integrations/lark-cli/"
+                              "config/locks/l && echo rw; touch /mnt/integrations/lark-cli/config/x "
+                              "2>/dev/null || echo ro; test -d /mnt/acp-workspace && echo acp")
+    check(lark.split() == ["rw", "ro", "acp"], "DeerFlow main's Lark CLI and acp mounts (%r)" % lark)
 
     # two threads are isolated
     t0 = time.perf_counter()

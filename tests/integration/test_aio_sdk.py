@@ -146,7 +146,8 @@ def test_deerflow_remote_backend_and_aio_sandbox(tmp_path, env):
         os.path.join(DF_SRC, "backend", "packages", "extension-api"), SDK_SRC]),
         SBX_PROVISIONER_URL="http://" + listen, SBX_PROVISIONER_KEY=PKEY,
         SBX_DEERFLOW_HARNESS=os.path.join(DF_SRC, "backend", "packages", "harness"),
-        DEER_FLOW_HOME=str(tmp_path / "df-home")), tmp_path)
+        # the gateway and sbxd on one host: DeerFlow's state root is the one sbxd mounts from
+        DEER_FLOW_HOME=env["DEER_FLOW_HOST_BASE_DIR"]), tmp_path)
     driver = os.path.join(HERE, "deerflow_aio_backend_driver.py")
     out = []
     for phase in ("create", "adopt"):

@@ -316,6 +316,18 @@ def test_conformance_same_answers_as_linux(osb, make_sbx, remote_search):
     assert b[2][0] == 1 and b[14][0] == 1 and b[17][0] == 1
 
 
+@pytest.mark.parametrize("remote_search", ["1", "0"])
+def test_grep_backtracking_ends_by_its_deadline(osb, remote_search):
+    # a back-reference regex over one 300-byte line never ends by itself: both the helper inside
+    # the remote (its deadline in SBX_SEARCH_TIMEOUT_MS) and the local fallback stop at the
+    # deadline (--timeout here; 30 s when none is given) and answer truncated
+    osb.sh("t", "mkdir -p %s && printf '%%s\\n' x%s > %s/evil.txt" % (WS, "a" * 300, WS))
+    p = osb.run("grep", "-t", "t", WS, r"(.*)(.*)(.*)(.*)(.*)\5\4\3\2\1x", "--timeout", "2",
+                "--json", env={"SBX_OPENSANDBOX_REMOTE_SEARCH": remote_search}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"matches": [], "truncated": True}
+
+
 def test_files_binary_roundtrip_and_append(osb):
     data = bytes(range(256)) * 300
     osb.run("upload", "-t", "t", OUT + "/nested/deep/bin.dat", input=data, check=0)

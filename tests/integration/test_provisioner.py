@@ -49,13 +49,56 @@ def request(host, port, method, path, body=None, headers=None, timeout=60):
         c.close()
 
 
+def state_root_of(env):
+    """DeerFlow's state root as sbxd (and app.py) takes it from the environment: None if none."""
+    if env.get("DEER_FLOW_HOST_BASE_DIR"):
+        return env["DEER_FLOW_HOST_BASE_DIR"]
+    t = os.path.normpath(env.get("THREADS_HOST_PATH") or "/")
+    return os.path.dirname(t) if os.path.basename(t) == "threads" else None
+
+
+def deerflow_main_body(base, sandbox_id, thread_id=None, user_id=None):
+    """POST /api/sandboxes's body as DeerFlow main's AioSandboxProvider sends it through
+    RemoteSandboxBackend._provisioner_create (aio_sandbox_provider.py _get_extra_mounts, then
+    remote_backend.py _provisioner_extra_mounts_payload): the thread's acp-workspace, the user's
+    custom and integration skills views and the Lark CLI folders (config read-only, its locks and
+    data writable), all below DeerFlow's state root. The folders are made first, as the gateway
+    makes them (ensure_thread_dirs, the skills projection, ensure_lark_cli_credential_tree)."""
+    user = user_id or "default"
+    thread = thread_id or sandbox_id
+    u = os.path.join(str(base), "users", user)
+    lark = os.path.join(u, "integrations", "lark-cli")
+    mounts = [(os.path.join(u, "threads", thread, "acp-workspace"), "/mnt/acp-workspace", True),
+              (os.path.join(u, "skills_view", "custom"), "/mnt/skills/custom", True),
+              (os.path.join(u, "skills_view", "integrations"), "/mnt/skills/integrations", True),
+              (os.path.join(lark, "config"), "/mnt/integrations/lark-cli/config", True),
+              (os.path.join(lark, "config", "locks"), "/mnt/integrations/lark-cli/config/locks", False),
+              (os.path.join(lark, "data"), "/mnt/integrations/lark-cli/data", False)]
+    for sub in ("workspace", "uploads", "outputs"):
+        os.makedirs(os.path.join(u, "threads", thread, "user-data", sub), exist_ok=True)
+    os.makedirs(os.path.join(str(base), "skills_view", "public"), exist_ok=True)
+    os.makedirs(os.path.join(u, "skills_view", "legacy"), exist_ok=True)
+    for h, _, _ in mounts:
+        os.makedirs(h, exist_ok=True)
+    for d in (lark, os.path.join(lark, "config"), os.path.join(lark, "config", "locks"),
+              os.path.join(lark, "data")):
+        os.chmod(d, 0o700)  # ensure_lark_cli_credential_tree: owner-only
+    body = {"sandbox_id": sandbox_id, "thread_id": thread_id, "user_id": user,
+            "include_legacy_skills": False, "provision_lark_cli_runtime": False,
+            "provision_lark_cli_broker": False,
+            "extra_mounts": [{"host_path": h, "container_path": c, "read_only": ro}
+                             for h, c, ro in mounts]}
+    return body
+
+
 class Server:
-    def __init__(self, home, env, listen="127.0.0.1:0"):
+    def __init__(self, home, env, listen="127.0.0.1:0", argv=None, cwd=None):
         self.home, self.env, self.logs = str(home), env, []
+        self.state_root = state_root_of(env)
         self.ready = threading.Event()
-        self.proc = subprocess.Popen([SBXD, "--listen", listen, "--home", self.home],
+        self.proc = subprocess.Popen(argv or [SBXD, "--listen", listen, "--home", self.home],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env)
+                                     stderr=subprocess.PIPE, env=env, cwd=cwd)
         threading.Thread(target=self._read, daemon=True).start()
         if not self.ready.wait(30):
             self.proc.kill()
@@ -78,14 +121,19 @@ class Server:
             h["X-API-Key"] = key
         return request("127.0.0.1", self.port, method, path, body, h, timeout)
 
-    def create(self, sandbox_id, thread_id=None, user_id=None, **kw):
-        body = {"sandbox_id": sandbox_id}
-        if thread_id is not None:
-            body["thread_id"] = thread_id
-        if user_id is not None:
-            body["user_id"] = user_id
+    def create(self, sandbox_id, thread_id=None, user_id=None, key=PKEY, **kw):
+        """A create as DeerFlow main sends it (its Lark CLI mounts and the rest) when sbxd has a
+        DeerFlow state root, else the bare body; extra_mounts= given replaces DeerFlow's."""
+        if self.state_root and "extra_mounts" not in kw:
+            body = deerflow_main_body(self.state_root, sandbox_id, thread_id, user_id)
+        else:
+            body = {"sandbox_id": sandbox_id}
+            if thread_id is not None:
+                body["thread_id"] = thread_id
+            if user_id is not None:
+                body["user_id"] = user_id
         body.update(kw)
-        r = self.req("POST", "/api/sandboxes", body)
+        r = self.req("POST", "/api/sandboxes", body, key=key)
         assert r.status == 200, r.body
         j = r.json()
         assert set(j) == {"sandbox_id", "sandbox_url", "status"} and j["status"] == "Running", j
@@ -232,11 +280,15 @@ def test_mount_contract(server, state):
     assert (host / "outputs" / "report.txt").read_text() == "from the sandbox\n"
     (host / "uploads" / "in.csv").write_text("a,b\n")
     assert a.read("/mnt/user-data/uploads/in.csv") == "a,b\n"
-    # skills: read-only, those that exist (legacy does not)
+    # skills: read-only, those that exist (DeerFlow main's gateway makes legacy, empty)
     assert a.read("/mnt/skills/public/s1/SKILL.md") == "public skill\n"
     assert a.read("/mnt/skills/custom/mine.md") == "custom\n"
-    out = a.sh("touch /mnt/skills/public/x 2>&1; echo rc=$?; test -e /mnt/skills/legacy; echo legacy=$?")
-    assert "Read-only file system" in out["output"] and "legacy=1" in out["output"], out
+    out = a.sh("touch /mnt/skills/public/x 2>&1; echo rc=$?; test -d /mnt/skills/legacy; echo legacy=$?")
+    assert "Read-only file system" in out["output"] and "legacy=0" in out["output"], out
+    # a user without skills folders (a bare body): none mounted
+    z = server.create("m2", "thr-2", "zed", extra_mounts=[])
+    out = z.sh("test -e /mnt/skills/custom; echo custom=$?; test -e /mnt/skills/legacy; echo legacy=$?")
+    assert out["output"] == "custom=1\nlegacy=1\n", out
     r = a.req("POST", "/v1/file/write", {"file": "/mnt/skills/custom/new", "content": "x"})
     assert r.status >= 400 and r.json()["success"] is False
 
@@ -250,14 +302,25 @@ def test_extra_mounts(server, state, tmp_path):
     bad([{"host_path": "rel", "container_path": "/mnt/acp-workspace"}],
         "Extra mount host path must be absolute: rel")
     bad([{"host_path": str(tmp_path / "elsewhere"), "container_path": "/mnt/acp-workspace"}],
-        "Extra mount host path is outside DeerFlow state: %s" % (tmp_path / "elsewhere"))
+        "Extra mount host path is outside DeerFlow state: %s (it must be below "
+        "DEER_FLOW_HOST_BASE_DIR=%s)" % (tmp_path / "elsewhere", state))
     bad([{"host_path": ws, "container_path": "/etc"}], "Unsupported extra mount path: /etc")
     bad([{"host_path": ws, "container_path": "/mnt/acp-workspace"},
          {"host_path": ws, "container_path": "/mnt/acp-workspace/"}],
         "Duplicate extra mount path: /mnt/acp-workspace")
     bad([{"host_path": ws, "container_path": "/mnt/acp-workspace"}] * 11,
         "Too many extra mounts; max is 10")
+    # a read-only folder must exist
+    bad([{"host_path": ws, "container_path": "/mnt/acp-workspace", "read_only": True}],
+        "Extra mount host path is not a folder inside DeerFlow state (reached without symbolic "
+        "links): %s" % ws)
     assert not os.path.exists(ws)  # a refused request changes nothing
+    # nor does one whose second mount is refused: the first one's folder is not made
+    bad([{"host_path": ws, "container_path": "/mnt/acp-workspace"},
+         {"host_path": str(state / "nope"), "container_path": "/mnt/skills/custom", "read_only": True}],
+        "Extra mount host path is not a folder inside DeerFlow state (reached without symbolic "
+        "links): %s" % (state / "nope"))
+    assert not os.path.exists(ws)
     a = server.create("e1", extra_mounts=[{"host_path": ws, "container_path": "/mnt/acp-workspace"}])
     a.write("/mnt/acp-workspace/f", "acp\n")
     assert open(os.path.join(ws, "f")).read() == "acp\n"
@@ -275,12 +338,103 @@ def test_scope_folder_without_threads_host_path(tmp_path):
         a.write("/mnt/user-data/workspace/w.txt", "scoped\n")
         p = tmp_path / "home" / "users" / "carol" / "threads" / "thr" / "user-data" / "workspace" / "w.txt"
         assert p.read_text() == "scoped\n"
-        # without DEER_FLOW_HOST_BASE_DIR no extra mount is inside "DeerFlow state"
+        # without DEER_FLOW_HOST_BASE_DIR (or a THREADS_HOST_PATH ending in /threads) no extra
+        # mount is inside "DeerFlow state": the 400 and the log say which variable to set
         r = s.req("POST", "/api/sandboxes", {"sandbox_id": "x2", "extra_mounts": [
             {"host_path": str(tmp_path), "container_path": "/mnt/acp-workspace"}]})
-        assert r.status == 400
+        assert r.status == 400, r.body
+        d = r.json()["detail"]
+        assert d.startswith("Extra mount host path is outside DeerFlow state: %s (" % tmp_path), d
+        assert "set DEER_FLOW_HOST_BASE_DIR" in d and "THREADS_HOST_PATH" in d, d
+        logged = [l for l in s.logs if "refused" in l.get("msg", "")]
+        assert logged and "set DEER_FLOW_HOST_BASE_DIR" in logged[-1]["msg"], s.logs
     finally:
         s.stop()
+
+
+def test_state_root_from_threads_host_path(tmp_path, state):
+    # app.py's _host_base_dir_for_extra_mounts: without DEER_FLOW_HOST_BASE_DIR the state root is
+    # the parent of a THREADS_HOST_PATH that ends in /threads; DeerFlow main's whole request,
+    # Lark CLI mounts included, is then taken
+    env = dict(os.environ, PROVISIONER_API_KEY=PKEY, THREADS_HOST_PATH=str(state / "threads"))
+    env.pop("DEER_FLOW_HOST_BASE_DIR", None)
+    s = Server(tmp_path / "home", env)
+    try:
+        a = s.create("d1", "thr-d", "dora")
+        lark = state / "users" / "dora" / "integrations" / "lark-cli"
+        (lark / "config" / "config.json").write_text('{"appId": "x"}')
+        assert a.read("/mnt/integrations/lark-cli/config/config.json") == '{"appId": "x"}'
+        a.write("/mnt/integrations/lark-cli/data/token", "t1")
+        a.write("/mnt/integrations/lark-cli/config/locks/l1", "")
+        assert (lark / "data" / "token").read_text() == "t1" and (lark / "config" / "locks" / "l1").exists()
+        # the config folder itself is read-only (DeerFlow's defence for the app secret)
+        r = a.req("POST", "/v1/file/write", {"file": "/mnt/integrations/lark-cli/config/new", "content": "x"})
+        assert r.status >= 400 and not (lark / "config" / "new").exists()
+        # outside it: the 400 names the root, where it came from and what sets another
+        r = s.req("POST", "/api/sandboxes", {"sandbox_id": "d2", "extra_mounts": [
+            {"host_path": str(tmp_path), "container_path": "/mnt/acp-workspace"}]})
+        assert r.status == 400 and r.json()["detail"] == (
+            "Extra mount host path is outside DeerFlow state: %s (it must be below %s, the parent "
+            "of THREADS_HOST_PATH; set DEER_FLOW_HOST_BASE_DIR for another state root)" % (tmp_path, state))
+    finally:
+        s.stop()
+    # a THREADS_HOST_PATH not ending in /threads gives no state root (as app.py)
+    env["THREADS_HOST_PATH"] = str(tmp_path / "thread-folders")
+    s = Server(tmp_path / "home2", env)
+    try:
+        r = s.req("POST", "/api/sandboxes", deerflow_main_body(state, "d3"))
+        assert r.status == 400 and "set DEER_FLOW_HOST_BASE_DIR" in r.json()["detail"], r.body
+    finally:
+        s.stop()
+
+
+def test_extra_mount_through_a_planted_symlink(server, state, tmp_path):
+    """A sandbox plants a symbolic link in its writable thread folder (under DeerFlow's state
+    root) pointing at a root-owned folder outside it; a later create with an extra mount through
+    the link must make nothing there, and its 400 must not tell what lies behind the link."""
+    outside = tmp_path / "root-owned"
+    outside.mkdir(mode=0o755)
+    assert os.stat(str(outside)).st_uid == os.geteuid()
+    a = server.create("plant", "t-plant")
+    ws = state / "threads" / "t-plant" / "user-data" / "workspace"
+    for name, target in (("evil", str(outside)), ("gone", str(tmp_path / "missing")),
+                         ("file", "/etc/hostname")):
+        out = a.sh("ln -s %s /mnt/user-data/workspace/%s && echo planted" % (target, name))
+        assert "planted" in out["output"], out
+    # positive control: the link is on the host, under the state root, and a mkdir by path (what
+    # sbxd did before: sbx__mkdir_p then chmod 0777) goes through it and makes a folder outside
+    assert os.path.islink(str(ws / "evil")) and os.readlink(str(ws / "evil")) == str(outside)
+    os.makedirs(str(ws / "evil" / "control"))
+    assert (outside / "control").is_dir()
+    (outside / "control").rmdir()
+    # the attack: a writable extra mount through the link
+    r = server.req("POST", "/api/sandboxes", {"sandbox_id": "att", "extra_mounts": [
+        {"host_path": str(ws / "evil" / "made"), "container_path": "/mnt/integrations/lark-cli/data"}]})
+    assert os.listdir(str(outside)) == []  # before the fix: made/, mode 0777
+    assert r.status == 400, r.body
+    assert r.json() == {"detail": "Extra mount host path is not a folder inside DeerFlow state "
+                                  "(reached without symbolic links): %s" % (ws / "evil" / "made")}
+    assert oct(os.stat(str(outside)).st_mode & 0o7777) == "0o755"
+    # the link itself as a read-only mount, and links to a folder, to nothing and to a file: one
+    # answer for all (nothing about what is behind a link, or whether it is a folder)
+    details = set()
+    for name in ("evil", "gone", "file"):
+        for ro in (True, False):
+            hp = str(ws / name)
+            r = server.req("POST", "/api/sandboxes", {"sandbox_id": "att", "extra_mounts": [
+                {"host_path": hp, "container_path": "/mnt/acp-workspace", "read_only": ro}]})
+            assert r.status == 400, r.body
+            details.add(r.json()["detail"].replace(hp, "HP"))
+    assert details == {"Extra mount host path is not a folder inside DeerFlow state (reached "
+                       "without symbolic links): HP"}, details
+    assert os.listdir(str(outside)) == [] and not os.path.exists(str(tmp_path / "missing"))
+    assert server.req("GET", "/api/sandboxes").json()["count"] == 1
+    # a link higher up (the thread folder's user-data replaced by the sandbox's own link is not
+    # possible, but a folder of the state root made a link by anyone): refused the same way
+    os.symlink(str(outside), str(state / "users-link"))
+    r = server.req("POST", "/api/sandboxes", {"sandbox_id": "att", "extra_mounts": [
+        {"host_path": str(state / "users-link" / "x" / "y"), "container_path": "/mnt/acp-workspace"}]})
+    assert r.status == 400 and os.listdir(str(outside)) == [], r.body
 
 
 def test_threads_isolated(server):
@@ -484,3 +638,77 @@ def test_aio_follow_a_command_past_no_change_timeout(server):
     assert k["status"] == "terminated" and time.time() - t0 < 5, k
     assert a.ok("POST", "/v1/shell/view", {"id": "k"})["status"] != "running"
     assert a.req("POST", "/v1/shell/view", {"id": "nope"}).status == 404
+
+
+def _quick_start_block():
+    text = open(os.path.join(SOURCE, "docs", "deerflow.md")).read()
+    at = text.index("<!-- quick-start:")
+    start = text.index("```sh\n", at) + len("```sh\n")
+    return text[start:text.index("```", start)]
+
+
+def _sbxd_below(pid):
+    """The sbxd a shell started: the shell itself once it has exec'd, else its child."""
+    for _ in range(300):
+        if os.path.basename(os.readlink("/proc/%d/exe" % pid)) == "sbxd":
+            return pid
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = [int(k) for k in f.read().split()]
+        for k in kids:
+            try:
+                if os.path.basename(os.readlink("/proc/%d/exe" % k)) == "sbxd":
+                    return k
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError("no sbxd below the quick start's shell")
+
+
+def test_docs_quick_start(tmp_path):
+    """docs/deerflow.md's quick start, its shell block run as written (in a folder whose ./build
+    is this build, with HOME in the test's folder; only the port is changed, to a free one), then
+    a create exactly as DeerFlow main's AioSandboxProvider sends it, its Lark CLI mounts
+    included, with the key the block made."""
+    qs = tmp_path / "qs"
+    qs.mkdir()
+    os.symlink(BUILD, str(qs / "build"))
+    block = _quick_start_block()
+    assert "127.0.0.1:8080" in block and "./build/sbxd" in block, block
+    port = Server(tmp_path / "probe", dict(os.environ, PROVISIONER_API_KEY=PKEY))
+    free = port.port
+    port.stop()
+    script = block.replace("127.0.0.1:8080", "127.0.0.1:%d" % free)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROVISIONER_API_KEY", "DEER_FLOW_HOME", "DEER_FLOW_HOST_BASE_DIR",
+                        "THREADS_HOST_PATH", "SBX_HOME")}
+    env["HOME"] = str(tmp_path)
+    s = Server(qs / ".sbx", env, argv=["sh", "-c", script], cwd=str(qs))
+    sbxd = _sbxd_below(s.proc.pid)
+    try:
+        with open("/proc/%d/environ" % sbxd, "rb") as f:
+            senv = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        key = senv[b"PROVISIONER_API_KEY"].decode()
+        home = str(tmp_path / "deer-flow" / "backend" / ".deer-flow")
+        assert senv[b"DEER_FLOW_HOST_BASE_DIR"].decode() == home
+        # the gateway (DeerFlow main, DEER_FLOW_HOME from the same shell) makes its folders and
+        # asks; every mount of its request lies below its state folder
+        s.state_root = home
+        body = deerflow_main_body(home, "qs-sandbox", "qs-thread", "default")
+        assert {m["container_path"] for m in body["extra_mounts"]} >= {
+            "/mnt/integrations/lark-cli/config", "/mnt/integrations/lark-cli/config/locks",
+            "/mnt/integrations/lark-cli/data"}
+        assert s.req("POST", "/api/sandboxes", body, key=None).status == 401
+        a = s.create("qs-sandbox", "qs-thread", "default", key=key)
+        assert a.sh("echo ready")["output"] == "ready\n"
+        a.write("/mnt/integrations/lark-cli/data/token", "t")
+        lark = os.path.join(home, "users", "default", "integrations", "lark-cli")
+        assert open(os.path.join(lark, "data", "token")).read() == "t"
+        out = a.sh("ls -d /mnt/acp-workspace /mnt/skills/custom /mnt/integrations/lark-cli/config/locks")
+        assert out["exit_code"] == 0, out
+        # the sandbox is in the home the block's sbxd uses (.sbx in its folder, as root)
+        assert os.path.isdir(str(qs / ".sbx" / "sandboxes"))
+    finally:
+        if sbxd != s.proc.pid:
+            os.kill(sbxd, signal.SIGTERM)
+        s.stop()
+        subprocess.run([SBX, "--home", str(qs / ".sbx"), "down"], capture_output=True)

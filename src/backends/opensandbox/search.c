@@ -64,14 +64,16 @@ static int kind_of(const char *name)
 
 /* Runs the remote helper; 1 = answered (ok or an error in *err), 0 = unavailable.
  * SBX_OPENSANDBOX_REMOTE_SEARCH=0 turns the fast path off (the fallback is then always used). */
-static int run_helper(struct osb_remote *r, const char *args, struct helper_out *h,
-                      sbx_error_t *err)
+static int run_helper(struct osb_remote *r, const char *args, uint64_t timeout_ms,
+                      struct helper_out *h, sbx_error_t *err)
 {
   const char *knob = getenv("SBX_OPENSANDBOX_REMOTE_SEARCH");
   if (knob && strcmp(knob, "0") == 0)
     return 0;
   for (int attempt = 0; attempt < 2; attempt++) {
-    cleanup_free char *cmd = xasprintf("%s search %s", REMOTE_HELPER, args);
+    /* the search's deadline travels in the environment (sbx-init search reads it) */
+    cleanup_free char *cmd = xasprintf("SBX_SEARCH_TIMEOUT_MS=%llu %s search %s",
+                                       (unsigned long long) timeout_ms, REMOTE_HELPER, args);
     struct osb_cmd c = {.command = cmd, .timeout_ms = HELPER_TIMEOUT_MS, .cap = 256u << 20};
     struct osb_cmd_result res;
     if (osb_command(r, &c, &res, err) < 0)
@@ -243,7 +245,9 @@ int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *
   cleanup_free char *qp = sbx__shell_quote(path);
   cleanup_free char *args = xasprintf("ls %s %d", qp, depth);
   struct helper_out h = {.strs = out};
-  int rc = run_helper(r, args, &h, err);
+  /* the longest deadline: list_dir's answer has no truncated flag */
+  uint64_t deadline = sbx__now_ms() + SBX_SEARCH_TIMEOUT_MAX_MS;
+  int rc = run_helper(r, args, SBX_SEARCH_TIMEOUT_MAX_MS, &h, err);
   helper_out_free(&h);
   if (rc != 0)
     return rc < 0 ? -1 : (*err ? -1 : 0);
@@ -254,7 +258,7 @@ int osb_list_dir(struct osb_remote *r, const char *path, int depth, sbx_strv_t *
     return -1;
   json_decref(listing);
   bool truncated;
-  rc = sbx__search_list_dir(s.dir, depth, 100000, 0, out, &truncated, err);
+  rc = sbx__search_list_dir(s.dir, depth, 100000, deadline, out, &truncated, err);
   if (rc == 0)
     unskeleton_strv(&s, out);
   skeleton_remove(&s);
@@ -268,7 +272,8 @@ int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool i
   cleanup_free char *qpat = sbx__shell_quote(pattern);
   cleanup_free char *args = xasprintf("glob %s %s %d %zu", qp, qpat, include_dirs, max);
   struct helper_out h = {.strs = out};
-  int rc = run_helper(r, args, &h, err);
+  uint64_t deadline = sbx__now_ms() + SBX_SEARCH_DEFAULT_MS;
+  int rc = run_helper(r, args, SBX_SEARCH_DEFAULT_MS, &h, err);
   *truncated = h.truncated;
   helper_out_free(&h);
   if (rc != 0)
@@ -279,7 +284,7 @@ int osb_glob(struct osb_remote *r, const char *path, const char *pattern, bool i
   if (skeleton_build(r, path, &s, &listing, err) < 0)
     return -1;
   json_decref(listing);
-  rc = sbx__search_glob(s.dir, pattern, include_dirs, max, 0, out, truncated, err);
+  rc = sbx__search_glob(s.dir, pattern, include_dirs, max, deadline, out, truncated, err);
   if (rc == 0)
     unskeleton_strv(&s, out);
   skeleton_remove(&s);
@@ -313,12 +318,12 @@ static int fetch(struct osb_remote *r, const char *remote, const char *local, sb
 
 /* Runs the local grep over the skeleton and maps the paths back. */
 static int grep_local(const struct skeleton *s, const char *local_root, const char *pattern,
-                      const struct sbx_grep_opts *o, struct sbx_grep_match **m, size_t *n,
-                      bool *truncated, sbx_error_t *err)
+                      const struct sbx_grep_opts *o, uint64_t deadline, struct sbx_grep_match **m,
+                      size_t *n, bool *truncated, sbx_error_t *err)
 {
   sbx_grep_matches_t gm = {0};
   int rc = sbx__search_grep(local_root, pattern, o->glob, o->literal, o->case_sensitive,
-                            o->max_results, 0, &gm, truncated, err);
+                            o->max_results, deadline, &gm, truncated, err);
   if (rc == 0) {
     *m = xzalloc((gm.n + 1) * sizeof **m);
     for (size_t k = 0; k < gm.n; k++)
@@ -342,7 +347,9 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
   cleanup_free char *args = xasprintf("grep %s %s %s %d %d %zu", qp, qpat, qglob, o->literal,
                                       o->case_sensitive, o->max_results);
   struct helper_out h = {0};
-  int rc = run_helper(r, args, &h, err);
+  uint64_t timeout_ms = (uint64_t) (o->timeout * 1000.0 + 0.5);
+  uint64_t deadline = sbx__now_ms() + timeout_ms;
+  int rc = run_helper(r, args, timeout_ms, &h, err);
   if (rc != 0) {
     *truncated = h.truncated;
     if (rc > 0 && *err == NULL) {
@@ -377,7 +384,7 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
     cleanup_free char *local = xasprintf("%s/%s", s.dir, base + 1);
     rc = fetch(r, path, local, err);
     if (rc == 0)
-      rc = grep_local(&s, local, pattern, o, m, n, truncated, err);
+      rc = grep_local(&s, local, pattern, o, deadline, m, n, truncated, err);
     skeleton_remove(&s);
     return rc;
   }
@@ -405,7 +412,7 @@ int osb_grep(struct osb_remote *r, const char *path, const char *pattern,
   }
   json_decref(listing);
   if (rc == 0)
-    rc = grep_local(&s, s.dir, pattern, o, m, n, truncated, err);
+    rc = grep_local(&s, s.dir, pattern, o, deadline, m, n, truncated, err);
   skeleton_remove(&s);
   return rc;
 }

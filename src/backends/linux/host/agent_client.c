@@ -584,6 +584,7 @@ int sbx__agent_glob(struct sbx_instance *in, const char *path, const char *patte
   sbx__tlv_put_str(&w, SBX_T_PATTERN, pattern);
   sbx__tlv_put_u64(&w, SBX_T_MAX, max);
   sbx__tlv_put_u64(&w, SBX_T_FLAGS, include_dirs ? SBX_GLOB_DIRS : 0);
+  sbx__tlv_put_u64(&w, SBX_T_TIMEOUT_MS, SBX_SEARCH_TIMEOUT * 1000);
   int r = items_request(in, SBX_MSG_GLOB, &w, "glob", push_string, out, truncated, err);
   sbx__tlv_free(&w);
   return r;
@@ -623,6 +624,7 @@ int sbx__agent_grep(struct sbx_instance *in, const char *path, const char *patte
   sbx__tlv_put_u64(&w, SBX_T_MAX, o->max_results);
   sbx__tlv_put_u64(&w, SBX_T_FLAGS,
                    (o->literal ? SBX_GREP_LITERAL : 0) | (o->case_sensitive ? SBX_GREP_CASE : 0));
+  sbx__tlv_put_u64(&w, SBX_T_TIMEOUT_MS, (uint64_t) (o->timeout * 1000.0 + 0.5));
   struct grep_acc acc = {0};
   int r = items_request(in, SBX_MSG_GREP, &w, "grep", push_match, &acc, truncated, err);
   sbx__tlv_free(&w);
