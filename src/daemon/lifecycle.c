@@ -154,6 +154,17 @@ static json_t *opt(json_t *o, const char *key)
   return json_is_null(v) ? NULL : v;
 }
 
+/* A key that is present (not null) with a type other than want (JSON_TRUE: a boolean). (One
+ * lookup: GCC's -Wnull-dereference in Release saw a second opt() as possibly NULL.) */
+static bool opt_wrong_type(json_t *o, const char *key, json_type want)
+{
+  json_t *v = opt(o, key);
+  if (v == NULL)
+    return false;
+  json_type t = json_typeof(v);
+  return want == JSON_TRUE ? t != JSON_TRUE && t != JSON_FALSE : t != want;
+}
+
 static const char *metadata_error(json_t *md, char **msg)
 {
   const char *k;
@@ -293,9 +304,8 @@ static const char *create_schema(json_t *body, struct create *c)
   if (cred && (!json_is_object(cred) || (json_object_get(cred, "enabled") &&
                                          !json_is_boolean(json_object_get(cred, "enabled")))))
     return "body.credentialProxy: Input should be an object with a boolean 'enabled'";
-  if (netpol && (!json_is_object(netpol) ||
-                 (opt(netpol, "defaultAction") && !json_is_string(opt(netpol, "defaultAction"))) ||
-                 (opt(netpol, "egress") && !json_is_array(opt(netpol, "egress")))))
+  if (netpol && (!json_is_object(netpol) || opt_wrong_type(netpol, "defaultAction", JSON_STRING) ||
+                 opt_wrong_type(netpol, "egress", JSON_ARRAY)))
     return "body.networkPolicy: Input should be {defaultAction?: string, egress?: list}";
   if (c->vols && !json_is_array(c->vols))
     return "body.volumes: Input should be a valid list";
@@ -319,8 +329,7 @@ static const char *create_schema(json_t *body, struct create *c)
     if (!json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
         !json_is_string(json_object_get(v, "mountPath")))
       return "body.volumes: each volume needs a string name and mountPath";
-    if ((opt(v, "readOnly") && !json_is_boolean(opt(v, "readOnly"))) ||
-        (opt(v, "subPath") && !json_is_string(opt(v, "subPath"))) ||
+    if (opt_wrong_type(v, "readOnly", JSON_TRUE) || opt_wrong_type(v, "subPath", JSON_STRING) ||
         (opt(v, "host") && !json_is_string(json_object_get(opt(v, "host"), "path"))) ||
         (opt(v, "pvc") && !json_is_string(json_object_get(opt(v, "pvc"), "claimName"))))
       return "body.volumes: host needs a string path, pvc a string claimName";

@@ -25,17 +25,24 @@ static struct MHD_Daemon *mhd;
 
 /* ---- connection limits (docs/sbxd.md, "Limits") ----
  *
- * libmicrohttpd refuses a connection past sbxd.max_connections in all, or past
- * sbxd.max_connections_per_address from one address. Two things it has no option for are ours:
+ * libmicrohttpd closes a connection past sbxd.max_connections at once. The rest is ours:
  *
- *   - a deadline for a request head (sbxd.head_timeout): MHD's timeout is one of inactivity, which
- *     a client dripping a byte a second never hits (slowloris). A connection waits for a head from
- *     its accept, and again after each answer (keep-alive); once a head is in, the request (a body,
- *     an event stream, a proxied port, a WebSocket after its 101) is no longer timed here;
+ *   - a deadline for a request head (sbxd.head_timeout): MHD's timeout is one of inactivity,
+ *     which a client dripping a byte a second never hits (slowloris). A connection waits for a
+ *     head from its accept, and again after each answer (keep-alive); once a head is in, the
+ *     request (a body, an event stream, a proxied port, a WebSocket after its 101) is no longer
+ *     timed here;
+ *   - a limit per client address (sbxd.max_connections_per_address). MHD's own
+ *     (MHD_OPTION_PER_IP_CONNECTION_LIMIT) refuses the new connection even when the address's
+ *     others are idle: on loopback, where every local client is 127.0.0.1, one idle flood would
+ *     lock them all out. Here one more connection evicts the address's connection that has
+ *     waited longest for a head; only when none is waiting (all are requests: streams, bodies)
+ *     is the new one refused. A flood gives way to its own address's whole requests and never
+ *     takes another address's places;
  *   - a reserve (sbxd.connections_reserve): connections waiting for a head may hold all but that
- *     many places; one more evicts the one that has waited longest, so a flood of idle connections
- *     from any number of addresses leaves room for requests that arrive whole (/health, a call
- *     with the key).
+ *     many places; one more evicts the one that has waited longest, so idle connections from
+ *     any number of addresses leave room for requests that arrive whole (/health, a call with
+ *     the key).
  *
  * A connection is cut with shutdown(2) on its socket, under conns_lock: MHD's thread for it then
  * reads end-of-file and closes it. MHD calls NOTIFY_CLOSED (which unlinks it under the same lock)
@@ -45,6 +52,8 @@ struct conn {
   bool pending; /* waiting for a request head since `since` (ms) */
   bool cut;
   uint64_t since;
+  unsigned char addr[16]; /* the client's address (4 bytes for IPv4) */
+  size_t addr_len;
   struct conn *prev, *next;
 };
 
@@ -67,6 +76,44 @@ static void conn_cut(struct conn *c, const char *why)
   sbxd_log_json(SBXD_DEBUG, "connection cut", json_pack("{s:s}", "reason", why));
 }
 
+static bool same_address(const struct conn *a, const struct conn *b)
+{
+  return a->addr_len == b->addr_len && memcmp(a->addr, b->addr, a->addr_len) == 0;
+}
+
+/* The pending connection other than c that has waited longest (of c's address if `mine`), or
+ * NULL; *count: the live (not cut) connections of c's address, c included. Caller holds
+ * conns_lock. */
+static struct conn *oldest_pending(const struct conn *c, bool mine, size_t *count)
+{
+  struct conn *oldest = NULL;
+  size_t n = 0;
+  for (struct conn *o = conns; o; o = o->next) {
+    if (o->cut || (mine && !same_address(o, c)))
+      continue;
+    n++;
+    if (o->pending && o != c && o->fd >= 0 && (!oldest || o->since < oldest->since))
+      oldest = o;
+  }
+  if (count)
+    *count = n;
+  return oldest;
+}
+
+static void conn_address(struct MHD_Connection *conn, struct conn *c)
+{
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = i ? i->client_addr : NULL;
+  if (sa && sa->sa_family == AF_INET) {
+    memcpy(c->addr, &((const struct sockaddr_in *) (const void *) sa)->sin_addr, 4);
+    c->addr_len = 4;
+  } else if (sa && sa->sa_family == AF_INET6) {
+    memcpy(c->addr, &((const struct sockaddr_in6 *) (const void *) sa)->sin6_addr, 16);
+    c->addr_len = 16;
+  }
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -79,21 +126,26 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     c->fd = i ? i->connect_fd : -1;
     c->pending = true;
     c->since = sbx__now_ms();
+    conn_address(conn, c);
     c->next = conns;
     if (conns)
       conns->prev = c;
     conns = c;
     n_pending++;
     *socket_context = c;
-    int64_t room = srv.cfg->max_connections - srv.cfg->connections_reserve;
-    if (srv.cfg->connections_reserve > 0 && (int64_t) n_pending > room) {
-      struct conn *oldest = NULL;
-      for (struct conn *o = conns; o; o = o->next)
-        if (o->pending && o != c && o->fd >= 0 && (!oldest || o->since < oldest->since))
-          oldest = o;
-      if (oldest)
-        conn_cut(oldest, "connections_reserve");
+    size_t mine = 0;
+    struct conn *evict = oldest_pending(c, true, &mine);
+    if (srv.cfg->max_connections_per_address > 0 &&
+        (int64_t) mine > srv.cfg->max_connections_per_address) {
+      if (evict)
+        conn_cut(evict, "max_connections_per_address");
+      else if (c->fd >= 0)
+        conn_cut(c, "max_connections_per_address"); /* all of its address's are requests */
     }
+    int64_t room = srv.cfg->max_connections - srv.cfg->connections_reserve;
+    if (srv.cfg->connections_reserve > 0 && (int64_t) n_pending > room &&
+        (evict = oldest_pending(c, false, NULL)) != NULL)
+      conn_cut(evict, "connections_reserve");
   } else if (*socket_context) {
     struct conn *c = *socket_context;
     *socket_context = NULL;
@@ -395,14 +447,13 @@ int sbxd_server_start(void)
   srv.listen = bound_address(fd);
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                    MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | (v6 ? MHD_USE_IPv6 : 0);
-  mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned) srv.cfg->max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) srv.cfg->max_connections_per_address,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) 300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t) 65536, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-      on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned) srv.cfg->max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) 300,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
+                         MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
   if (mhd == NULL) {
     int e = errno;
     close(fd);

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -55,10 +56,10 @@ def cut_count(socks):
     return n
 
 
-def from_other(d, method, path, key=None, timeout=5):
-    """The status of one request from 127.0.0.2, or None if it was not answered."""
+def from_other(d, method, path, key=None, timeout=5, source=OTHER):
+    """The status of one request from source (127.0.0.2), or None if it was not answered."""
     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=timeout,
-                                   source_address=(OTHER, 0))
+                                   source_address=(source, 0))
     try:
         c.request(method, path, headers={"OPEN-SANDBOX-API-KEY": key} if key else {})
         r = c.getresponse()
@@ -87,15 +88,17 @@ def loopback2():
 # ---- connections ----
 
 def test_sbxd_flood_from_one_address_leaves_others_served(sbxd_factory, loopback2):
-    """200 idle connections from 127.0.0.1: with sbxd.max_connections_per_address 16, the rest
-    are refused and a client on 127.0.0.2 gets /health and an authenticated call through.
-    Positive control: with no per-address limit (and no reserve), the same flood takes all 64
-    places and the other client is not answered."""
+    """200 idle connections from 127.0.0.1: with sbxd.max_connections_per_address 16 it holds
+    16 (each one more evicts its own oldest idle one), a client on 127.0.0.2 gets /health and an
+    authenticated call through, and so does a whole request from 127.0.0.1 itself (it evicts
+    one of the flood). Positive control: with no per-address limit (and no reserve), the same
+    flood takes all 64 places and the other client is not answered."""
     d = sbxd_factory("limited", key=KEY, config=conn_config(per_address=16, reserve=0))
     socks = flood(d.port, 200)
     try:
         time.sleep(1)
         assert other_served(d) == (200, 200)
+        assert from_other(d, "GET", "/health", source="127.0.0.1") == 200
         assert wait_for(lambda: cut_count(socks) >= 200 - 16, timeout=10), cut_count(socks)
     finally:
         for s in socks:
@@ -113,6 +116,33 @@ def test_sbxd_flood_from_one_address_leaves_others_served(sbxd_factory, loopback
         for s in socks:
             s.close()
     assert wait_for(lambda: from_other(d, "GET", "/health") == 200, timeout=15)
+
+
+def test_sbxd_streams_count_against_the_address_limit(sbxd_factory, loopback2):
+    """max_connections_per_address 2, head_timeout 2: two event streams of 5 s from 127.0.0.1
+    run to their end (a head that is in is not timed), and while they run a third connection
+    from 127.0.0.1 is refused (nothing of its address is idle to give way) while 127.0.0.2 is
+    served."""
+    d = sbxd_factory(key=KEY, config=conn_config(per_address=2, reserve=0, head_timeout=2))
+    box = d.create()
+    results = []
+
+    def stream():
+        results.append(box.sh("sleep 5; echo streamed", timeout=60))
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(2.5)  # both streams are running, and past the head deadline
+        assert from_other(d, "GET", "/health", source="127.0.0.1") is None
+        assert from_other(d, "GET", "/health") == 200
+    finally:
+        for t in threads:
+            t.join(60)
+    assert results == [(["streamed"], 0)] * 2
+    assert wait_for(lambda: from_other(d, "GET", "/health", source="127.0.0.1") == 200)
+    d.assert_healthy()
 
 
 def test_sbxd_reserve_keeps_room_for_whole_requests(sbxd_factory, loopback2):
