@@ -348,3 +348,25 @@ def test_memory_admission_refuses_more_than_the_host_has(sbxd_factory, tmp_path)
     d2 = sbxd_factory("nomem", key=KEY, config="sandbox:\n  memory_overcommit: 0\n")
     r = d2.req("POST", "/v1/sandboxes", body)
     assert r.status == 202, r
+
+
+def test_sandbox_cap_holds_for_racing_processes(tmp_path):
+    """Eight CLI processes create a sandbox each at once in one home with max_sandboxes 3:
+    exactly three are made (the count is taken under the home's pool lock), the others exit 1
+    with the limit's message; `sbx ps` shows three."""
+    home = str(tmp_path / "home")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sandbox:\n  max_sandboxes: 3\n  max_sandboxes_per_user: 0\n")
+    base = [sbxsec.SBX, "--home", home, "--config", str(cfg)]
+    try:
+        procs = [subprocess.Popen(base + ["exec", "-t", "race-%d" % i, "true"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for i in range(8)]
+        done = [(p.wait(180), p.stderr.read()) for p in procs]
+        ok = [e for rc, e in done if rc == 0]
+        refused = [e for rc, e in done if rc == 1 and b"sandbox.max_sandboxes is 3" in e]
+        assert (len(ok), len(refused)) == (3, 5), done
+        p = subprocess.run(base + ["ps", "--json"], capture_output=True, timeout=60)
+        assert len(json.loads(p.stdout)["sandboxes"]) == 3
+    finally:
+        subprocess.run(base + ["down"], capture_output=True, timeout=120)
