@@ -145,6 +145,69 @@ def test_sbxd_streams_count_against_the_address_limit(sbxd_factory, loopback2):
     d.assert_healthy()
 
 
+def _ws_frame(text):
+    """A masked client text frame (short)."""
+    data = text.encode()
+    mask = os.urandom(4)
+    return (bytes([0x81, 0x80 | len(data)]) + mask +
+            bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+
+def _ws_read(sock, want, timeout=20):
+    """Reads server frames until the output (binary 0x01 frames) holds want; the output."""
+    buf, out = b"", b""
+    end = time.monotonic() + timeout
+    sock.settimeout(2)
+    while want not in out and time.monotonic() < end:
+        try:
+            d = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not d:
+            break
+        buf += d
+        while len(buf) >= 2:
+            n, at = buf[1] & 0x7f, 2
+            if n == 126:
+                n, at = int.from_bytes(buf[2:4], "big"), 4
+            elif n == 127:
+                n, at = int.from_bytes(buf[2:10], "big"), 10
+            if len(buf) < at + n:
+                break
+            payload, buf = buf[at:at + n], buf[at + n:]
+            if payload[:1] == b"\x01":
+                out += payload[1:]
+    return out
+
+
+def test_sbxd_websocket_outlives_the_head_deadline(sbxd_factory):
+    """head_timeout 2: a PTY WebSocket left idle for 4 s after its 101 still carries input and
+    output (the upgraded socket is no longer timed as a head)."""
+    d = sbxd_factory(key=KEY, config=conn_config(per_address=0, reserve=0, head_timeout=2))
+    box = d.create()
+    r = box.req("POST", "/pty", {"command": "read l; echo got-$l; sleep 2"})
+    assert r.status == 201, r
+    sid = r.json()["session_id"]
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    try:
+        s.sendall(("GET %s/pty/%s/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   "Sec-WebSocket-Version: 13\r\n%s: %s\r\n\r\n"
+                   % (box.prefix, sid, "X-EXECD-ACCESS-TOKEN", box.token)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            d_ = s.recv(1)
+            assert d_, head
+            head += d_
+        assert head.startswith(b"HTTP/1.1 101"), head
+        time.sleep(4)
+        s.sendall(_ws_frame(json.dumps({"type": "stdin", "data": "x\n"})))
+        assert b"got-x" in _ws_read(s, b"got-x")
+    finally:
+        s.close()
+    d.assert_healthy()
+
+
 def test_sbxd_reserve_keeps_room_for_whole_requests(sbxd_factory, loopback2):
     """No per-address limit, 64 places of which 16 are reserved: 100 idle connections (from any
     addresses, here one) may hold 48; each one more evicts the one that waited longest, so
