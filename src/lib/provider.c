@@ -207,7 +207,8 @@ static uint64_t mem_total(void)
   return l && sscanf(l, "MemTotal: %llu kB", &kib) == 1 ? (uint64_t) kib << 10 : 0;
 }
 
-/* The memory limit a sandbox gets: its own, else the configured one (0: none). */
+/* The memory limit a sandbox gets: its own, else the configured one (0: none). A live sandbox
+ * counts with the limit it was made with (meta.memory_admitted), when recorded. */
 static uint64_t mem_limit(const struct sbx_config *cfg, uint64_t own)
 {
   return own ? own : cfg->memory_mib << 20;
@@ -251,7 +252,8 @@ static int admit(struct sbx_provider_s *p, const char *creating, const char *own
     if (sbx__lease_held(p->pool.home, ids.v[i]) || in.ops->alive(&in)) {
       live++;
       mine += strcmp(owner_of(in.meta.user, in.meta.thread), owner) == 0;
-      mem_sum += mem_limit(cfg, in.meta.memory_bytes);
+      mem_sum +=
+          in.meta.memory_admitted ? in.meta.memory_admitted : mem_limit(cfg, in.meta.memory_bytes);
     }
     sbx__instance_free(&in);
   }

@@ -407,6 +407,8 @@ def test_memory_admission_refuses_more_than_the_host_has(sbxd_factory, tmp_path)
     cfg.write_text("sandbox:\n  memory_overcommit: 1\n  memory_mib: %d\n" % big)
     p = _sbx(d, "exec", "-t", "big", "true", config=str(cfg))
     assert p.returncode == 1 and b"not enough memory" in p.stderr, p.stderr
+    # the live sandbox counts with the limit it was made with, not this configuration's
+    assert b"limits add up to 256 MiB" in p.stderr, p.stderr
 
     d2 = sbxd_factory("nomem", key=KEY, config="sandbox:\n  memory_overcommit: 0\n")
     r = d2.req("POST", "/v1/sandboxes", body)
