@@ -421,7 +421,9 @@ def test_sandbox_cap_holds_for_racing_processes(tmp_path):
     with the limit's message; `sbx ps` shows three."""
     home = str(tmp_path / "home")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("sandbox:\n  max_sandboxes: 3\n  max_sandboxes_per_user: 0\n")
+    # replicas above the cap: the soft cap would otherwise evict a warm one to make room
+    cfg.write_text("sandbox:\n  max_sandboxes: 3\n  max_sandboxes_per_user: 0\n"
+                   "  replicas: 100\n")
     base = [sbxsec.SBX, "--home", home, "--config", str(cfg)]
     try:
         procs = [subprocess.Popen(base + ["exec", "-t", "race-%d" % i, "true"],
