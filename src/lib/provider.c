@@ -495,7 +495,10 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
     p->held = sb;
     pthread_mutex_unlock(&p->lock);
   }
-  close(lock);
+  if (sb == NULL && thread == NULL)
+    sbx__lock_drop(p->pool.home, id, lock); /* a random id: no lock file per refused create */
+  else
+    close(lock);
   return sb;
 }
 
@@ -600,7 +603,10 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
     return sbx__make_error(err, 0, SBX_E_EXISTS, "sandbox %s exists already", id), NULL;
   }
   struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
-  close(lock);
+  if (sb == NULL && !(o && o->id))
+    sbx__lock_drop(p->pool.home, id, lock); /* a random id: no lock file per refused create */
+  else
+    close(lock);
   if (sb)
     hold(p, sb);
   return sb;

@@ -338,9 +338,14 @@ def test_sandbox_caps_are_429_in_every_face(sbxd_factory, tmp_path):
 
     body = {"image": {"uri": "host"}, "entrypoint": ["tail", "-f", "/dev/null"],
             "resourceLimits": {"cpu": "1", "memory": "256Mi"}, "timeout": 600}
-    r = d.req("POST", "/v1/sandboxes", body)
-    assert r.status == 429, r
-    assert r.code() == "SANDBOX::LIMIT_EXCEEDED" and "sandbox.max_sandboxes is 2" in r.body.decode()
+    locks = set(os.listdir(os.path.join(d.home, "locks")))
+    for _ in range(5):
+        r = d.req("POST", "/v1/sandboxes", body)
+        assert r.status == 429, r
+        assert r.code() == "SANDBOX::LIMIT_EXCEEDED"
+        assert "sandbox.max_sandboxes is 2" in r.body.decode()
+    # a refused create leaves nothing behind, not even its lock file
+    assert set(os.listdir(os.path.join(d.home, "locks"))) == locks
     r = d.req("POST", "/api/sandboxes", {"sandbox_id": "p1", "thread_id": "t-p1"}, key=None,
               headers={"X-API-Key": PROV})
     assert r.status == 429, r
