@@ -112,6 +112,18 @@ struct sbx_config {
   /* sandbox.network_policy (network egress): the initial policy as JSON ({defaultAction,
    * egress}); NULL: allow all but the always-denied ranges (docs/network.md) */
   char *network_policy;
+
+  /* hard limits (docs/configuration.md, "Limits"); 0 turns one off */
+  int max_sandboxes;          /* sandbox.max_sandboxes: live sandboxes in a home, default 64 */
+  int max_sandboxes_per_user; /* sandbox.max_sandboxes_per_user: of one user, default 32 */
+  /* sandbox.memory_overcommit: the live sandboxes' memory limits may add up to this many times
+   * the host's RAM (default 4) */
+  double memory_overcommit;
+  /* sbxd's connections (docs/sbxd.md, "Limits") */
+  int64_t max_connections;             /* sbxd.max_connections, default 1024 */
+  int64_t max_connections_per_address; /* sbxd.max_connections_per_address, default 256 */
+  int64_t connections_reserve;         /* sbxd.connections_reserve, default 64 */
+  double head_timeout;                 /* sbxd.head_timeout: seconds, default 10 */
 };
 
 /* Defaults for everything. */

@@ -32,6 +32,7 @@ enum sbx_error_kind {
   SBX_E_EXISTS,       /* something already exists */
   SBX_E_CONFLICT,     /* wrong state for the request (e.g. not paused) */
   SBX_E_BUSY,         /* a resource is in use */
+  SBX_E_LIMIT,        /* a configured limit (sandboxes, memory) would be passed: try later */
   SBX_E_KIND_MAX
 };
 

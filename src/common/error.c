@@ -22,6 +22,7 @@ static const char *const kind_names[SBX_E_KIND_MAX] = {
     [SBX_E_EXISTS] = "exists",
     [SBX_E_CONFLICT] = "conflict",
     [SBX_E_BUSY] = "busy",
+    [SBX_E_LIMIT] = "limit",
 };
 
 const char *sbx_error_kind_name(int kind)

@@ -247,6 +247,8 @@ unsigned sbxd_kind_status(int kind)
     return 409;
   case SBX_E_TOO_LARGE:
     return 413;
+  case SBX_E_LIMIT:
+    return 429;
   case SBX_E_UNSUPPORTED:
     return 501;
   case SBX_E_BACKEND:

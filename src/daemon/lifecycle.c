@@ -546,6 +546,8 @@ static struct box *create_sandbox(const struct create *c, struct volumes *vs, js
       *f = (struct create_fail){
           400, "VOLUME::INVALID_HOST_PATH",
           xasprintf("the host directory of a volume changed while it was mounted: %s", err->msg)};
+    else if (kind == SBX_E_LIMIT) /* a hard limit of the host (docs/configuration.md) */
+      *f = (struct create_fail){429, "SANDBOX::LIMIT_EXCEEDED", xstrdup(err->msg)};
     else
       *f = (struct create_fail){bad ? 400 : 500,
                                 bad ? INVALID_PARAMETER : "DOCKER::SANDBOX_START_FAILED",

@@ -532,7 +532,7 @@ static struct box *create_box(struct req *r, const struct create_req *c, enum MH
   mounts_free(&ms);
   if (sb == NULL) {
     json_decref(extra);
-    *ret = detail(r, 500, "Sandbox creation failed: %s", err->msg);
+    *ret = detail(r, err->kind == SBX_E_LIMIT ? 429 : 500, "Sandbox creation failed: %s", err->msg);
     sbx_error_release(&err);
     return NULL;
   }

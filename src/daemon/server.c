@@ -14,12 +14,197 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct MHD_Daemon *mhd;
+
+/* ---- connection limits (docs/sbxd.md, "Limits") ----
+ *
+ * libmicrohttpd closes a connection past sbxd.max_connections at once. The rest is ours:
+ *
+ *   - a deadline for a request head (sbxd.head_timeout): MHD's timeout is one of inactivity,
+ *     which a client dripping a byte a second never hits (slowloris). A connection waits for a
+ *     head from its accept, and again after each answer (keep-alive); once a head is in, the
+ *     request (a body, an event stream, a proxied port, a WebSocket after its 101) is no longer
+ *     timed here;
+ *   - a limit per client address (sbxd.max_connections_per_address). MHD's own
+ *     (MHD_OPTION_PER_IP_CONNECTION_LIMIT) refuses the new connection even when the address's
+ *     others are idle: on loopback, where every local client is 127.0.0.1, one idle flood would
+ *     lock them all out. Here one more connection evicts the address's connection that has
+ *     waited longest for a head; only when none is waiting (all are requests: streams, bodies)
+ *     is the new one refused. A flood gives way to its own address's whole requests and never
+ *     takes another address's places;
+ *   - a reserve (sbxd.connections_reserve): connections waiting for a head may hold all but that
+ *     many places; one more evicts the one that has waited longest, so idle connections from
+ *     any number of addresses leave room for requests that arrive whole (/health, a call with
+ *     the key).
+ *
+ * A connection is cut with shutdown(2) on its socket, under conns_lock: MHD's thread for it then
+ * reads end-of-file and closes it. MHD calls NOTIFY_CLOSED (which unlinks it under the same lock)
+ * before it closes the descriptor, so the descriptor shut down is never one reused meanwhile. */
+struct conn {
+  int fd;
+  bool pending; /* waiting for a request head since `since` (ms) */
+  bool cut;
+  uint64_t since;
+  unsigned char addr[16]; /* the client's address (4 bytes for IPv4) */
+  size_t addr_len;
+  struct conn *prev, *next;
+};
+
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reaper_cv = PTHREAD_COND_INITIALIZER;
+static struct conn *conns;
+static size_t n_pending;
+static bool reaper_stop;
+static pthread_t reaper;
+static bool reaper_running;
+
+/* Caller holds conns_lock. */
+static void conn_cut(struct conn *c, const char *why)
+{
+  if (c->pending)
+    n_pending--;
+  c->pending = false;
+  c->cut = true;
+  shutdown(c->fd, SHUT_RDWR);
+  sbxd_log_json(SBXD_DEBUG, "connection cut", json_pack("{s:s}", "reason", why));
+}
+
+static bool same_address(const struct conn *a, const struct conn *b)
+{
+  return a->addr_len == b->addr_len && memcmp(a->addr, b->addr, a->addr_len) == 0;
+}
+
+/* The pending connection other than c that has waited longest (of c's address if `mine`), or
+ * NULL; *count: the live (not cut) connections of c's address, c included. Caller holds
+ * conns_lock. */
+static struct conn *oldest_pending(const struct conn *c, bool mine, size_t *count)
+{
+  struct conn *oldest = NULL;
+  size_t n = 0;
+  for (struct conn *o = conns; o; o = o->next) {
+    if (o->cut || (mine && !same_address(o, c)))
+      continue;
+    n++;
+    if (o->pending && o != c && o->fd >= 0 && (!oldest || o->since < oldest->since))
+      oldest = o;
+  }
+  if (count)
+    *count = n;
+  return oldest;
+}
+
+static void conn_address(struct MHD_Connection *conn, struct conn *c)
+{
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = i ? i->client_addr : NULL;
+  if (sa && sa->sa_family == AF_INET) {
+    memcpy(c->addr, &((const struct sockaddr_in *) (const void *) sa)->sin_addr, 4);
+    c->addr_len = 4;
+  } else if (sa && sa->sa_family == AF_INET6) {
+    memcpy(c->addr, &((const struct sockaddr_in6 *) (const void *) sa)->sin6_addr, 16);
+    c->addr_len = 16;
+  }
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+  (void) cls;
+  pthread_mutex_lock(&conns_lock);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct conn *c = xzalloc(sizeof *c);
+    c->fd = i ? i->connect_fd : -1;
+    c->pending = true;
+    c->since = sbx__now_ms();
+    conn_address(conn, c);
+    c->next = conns;
+    if (conns)
+      conns->prev = c;
+    conns = c;
+    n_pending++;
+    *socket_context = c;
+    size_t mine = 0;
+    struct conn *evict = oldest_pending(c, true, &mine);
+    if (srv.cfg->max_connections_per_address > 0 &&
+        (int64_t) mine > srv.cfg->max_connections_per_address) {
+      if (evict)
+        conn_cut(evict, "max_connections_per_address");
+      else if (c->fd >= 0)
+        conn_cut(c, "max_connections_per_address"); /* all of its address's are requests */
+    }
+    int64_t room = srv.cfg->max_connections - srv.cfg->connections_reserve;
+    if (srv.cfg->connections_reserve > 0 && (int64_t) n_pending > room &&
+        (evict = oldest_pending(c, false, NULL)) != NULL)
+      conn_cut(evict, "connections_reserve");
+  } else if (*socket_context) {
+    struct conn *c = *socket_context;
+    *socket_context = NULL;
+    if (c->pending)
+      n_pending--;
+    if (c->prev)
+      c->prev->next = c->next;
+    else
+      conns = c->next;
+    if (c->next)
+      c->next->prev = c->prev;
+    free(c);
+  }
+  pthread_mutex_unlock(&conns_lock);
+}
+
+/* The connection's request head is in (pending false), or it waits for the next one. */
+static void conn_pending(struct MHD_Connection *conn, bool pending)
+{
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  struct conn *c = i ? i->socket_context : NULL;
+  if (c == NULL)
+    return;
+  pthread_mutex_lock(&conns_lock);
+  if (!c->cut && c->pending != pending) {
+    c->pending = pending;
+    c->since = sbx__now_ms();
+    if (pending)
+      n_pending++;
+    else
+      n_pending--;
+  }
+  pthread_mutex_unlock(&conns_lock);
+}
+
+/* Cuts the connections that have waited longer than sbxd.head_timeout for a head. */
+static void *reaper_main(void *arg)
+{
+  (void) arg;
+  uint64_t limit = (uint64_t) (srv.cfg->head_timeout * 1000);
+  pthread_mutex_lock(&conns_lock);
+  while (!reaper_stop) {
+    uint64_t now = sbx__now_ms();
+    for (struct conn *c = conns; c; c = c->next)
+      if (c->pending && c->fd >= 0 && now - c->since > limit)
+        conn_cut(c, "head_timeout");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&reaper_cv, &conns_lock, &ts);
+  }
+  pthread_mutex_unlock(&conns_lock);
+  return NULL;
+}
 
 /* ---- MHD callbacks ---- */
 
@@ -58,6 +243,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *con_cls = r = on_uri(NULL, url, conn);
   if (!r->begun) {
     r->begun = true;
+    conn_pending(conn, false);
     r->conn = conn;
     r->method = method;
     r->url = url;
@@ -108,11 +294,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
   (void) cls;
-  (void) conn;
   struct req *r = *con_cls;
   if (r == NULL)
     return;
   *con_cls = NULL;
+  /* kept alive: the next head is timed again; an upgraded (101) socket is no longer HTTP */
+  if (r->begun && r->status != 101 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    conn_pending(conn, true);
   if (r->on_close)
     r->on_close(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   if (r->begun) {
@@ -230,6 +418,12 @@ int sbxd_server_start(void)
 {
   struct sockaddr_storage ss;
   bool v6;
+  if (srv.cfg->connections_reserve >= srv.cfg->max_connections) {
+    sbxd_log(SBXD_ERROR,
+             "sbxd.connections_reserve (%lld) must be less than sbxd.max_connections (%lld)",
+             (long long) srv.cfg->connections_reserve, (long long) srv.cfg->max_connections);
+    return -1;
+  }
   if (parse_listen(srv.listen, &ss, &v6) < 0) {
     sbxd_log(SBXD_ERROR, "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT)",
              srv.listen);
@@ -253,17 +447,29 @@ int sbxd_server_start(void)
   srv.listen = bound_address(fd);
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                    MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | (v6 ? MHD_USE_IPv6 : 0);
-  mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned) SBXD_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned) 300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
-      MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned) srv.cfg->max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) 300,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
+                         MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
   if (mhd == NULL) {
     int e = errno;
     close(fd);
     sbxd_log(SBXD_ERROR, "cannot serve on %s: %s", srv.listen, strerror(e ? e : EINVAL));
     return -1;
+  }
+  if (srv.cfg->head_timeout > 0) {
+    reaper_stop = false;
+    int e = pthread_create(&reaper, NULL, reaper_main, NULL);
+    if (e != 0) {
+      sbxd_log(SBXD_ERROR, "cannot start the head-timeout thread: %s", strerror(e));
+      MHD_stop_daemon(mhd);
+      mhd = NULL;
+      return -1;
+    }
+    reaper_running = true;
   }
   return 0;
 }
@@ -274,6 +480,14 @@ void sbxd_server_stop(void)
     sbxd_pty_stop(); /* upgraded connections are ours to close before MHD stops */
     MHD_stop_daemon(mhd);
     mhd = NULL;
+  }
+  if (reaper_running) {
+    pthread_mutex_lock(&conns_lock);
+    reaper_stop = true;
+    pthread_cond_signal(&reaper_cv);
+    pthread_mutex_unlock(&conns_lock);
+    pthread_join(reaper, NULL);
+    reaper_running = false;
   }
 }
 

@@ -5,8 +5,6 @@
 
 #include <stdbool.h>
 
-#define SBXD_MAX_CONNECTIONS 1024
-
 bool sbxd_listen_is_loopback(const char *listen);
 /* Listens on srv.listen, which becomes the address actually bound (before any request). */
 int sbxd_server_start(void);

@@ -675,6 +675,9 @@ static const struct field sandbox_fields[] = {
     {"health_check_timeout", F_I64, OFF(health_check_timeout), true, SECONDS_MAX, NULL},
     {"health_check_skip_seconds", F_DBL, OFF(health_check_skip_seconds), false, SECONDS_MAX, NULL},
     {"spares", F_INT, OFF(spares), false, SBX_SPARES_MAX, NULL},
+    {"max_sandboxes", F_INT, OFF(max_sandboxes), false, INT_MAX, NULL},
+    {"max_sandboxes_per_user", F_INT, OFF(max_sandboxes_per_user), false, INT_MAX, NULL},
+    {"memory_overcommit", F_DBL, OFF(memory_overcommit), false, 1000, NULL},
     {"cgroup_manager", F_CGMANAGER, OFF(cgroup_manager), false, 0, NULL},
     {"cgroup_required", F_BOOL, OFF(cgroup_required), false, 0, NULL},
     {"cgroup_slice", F_SLICE, OFF(cgroup_slice), false, 0, NULL},
@@ -700,6 +703,10 @@ static const struct field sbxd_fields[] = {
     {"pty_grace", F_DBL, OFF(pty_grace), false, SECONDS_MAX, NULL},
     {"pty_max_sessions", F_I64, OFF(pty_max_sessions), true, 4096, NULL},
     {"pty_buffer", F_I64, OFF(pty_buffer), true, (int64_t) 1 << 30, NULL},
+    {"max_connections", F_I64, OFF(max_connections), true, 65536, NULL},
+    {"max_connections_per_address", F_I64, OFF(max_connections_per_address), false, 65536, NULL},
+    {"connections_reserve", F_I64, OFF(connections_reserve), false, 65535, NULL},
+    {"head_timeout", F_DBL, OFF(head_timeout), false, 3600, NULL},
 };
 
 #define FIELD(cfg, f, type) ((type *) (void *) ((char *) (cfg) + (f)->off))
@@ -1187,6 +1194,13 @@ static struct sbx_config *config_alloc(void)
   cfg->pty_grace = 60;
   cfg->pty_max_sessions = 16;
   cfg->pty_buffer = 1 << 20;
+  cfg->max_sandboxes = 64;
+  cfg->max_sandboxes_per_user = 32;
+  cfg->memory_overcommit = 4;
+  cfg->max_connections = 1024;
+  cfg->max_connections_per_address = 256;
+  cfg->connections_reserve = 64;
+  cfg->head_timeout = 10;
   return cfg;
 }
 
@@ -1472,6 +1486,9 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   sbx__buf_printf(&b, "  health_check_timeout: %" PRId64 "\n", cfg->health_check_timeout);
   put_num(&b, in, "health_check_skip_seconds", cfg->health_check_skip_seconds);
   sbx__buf_printf(&b, "  spares: %d\n", cfg->spares);
+  sbx__buf_printf(&b, "  max_sandboxes: %d\n", cfg->max_sandboxes);
+  sbx__buf_printf(&b, "  max_sandboxes_per_user: %d\n", cfg->max_sandboxes_per_user);
+  put_num(&b, in, "memory_overcommit", cfg->memory_overcommit);
   put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
   sbx__buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
   put_str(&b, in, "cgroup_slice", cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice");
@@ -1529,5 +1546,10 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   put_num(&b, in, "pty_grace", cfg->pty_grace);
   sbx__buf_printf(&b, "  pty_max_sessions: %" PRId64 "\n", cfg->pty_max_sessions);
   sbx__buf_printf(&b, "  pty_buffer: %" PRId64 "\n", cfg->pty_buffer);
+  sbx__buf_printf(&b, "  max_connections: %" PRId64 "\n", cfg->max_connections);
+  sbx__buf_printf(&b, "  max_connections_per_address: %" PRId64 "\n",
+                  cfg->max_connections_per_address);
+  sbx__buf_printf(&b, "  connections_reserve: %" PRId64 "\n", cfg->connections_reserve);
+  put_num(&b, in, "head_timeout", cfg->head_timeout);
   return sbx__buf_steal(&b);
 }

@@ -146,6 +146,7 @@ struct sbx_sandbox_s *sbx__handle_new(const struct sbx_pool *pool, const char *i
   in->meta.backend = xstrdup(pool->ops->name);
   in->meta.image = xstrdup(o && o->image ? o->image : pool->cfg->image);
   in->meta.created = in->meta.last_used = sbx__realtime_sec();
+  in->meta.memory_admitted = o && o->memory_bytes ? o->memory_bytes : pool->cfg->memory_mib << 20;
   if (o) {
     in->meta.managed = true;
     in->meta.memory_bytes = o->memory_bytes;

@@ -195,6 +195,95 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
   sbx__strv_free(&ids);
 }
 
+/* Total RAM in bytes (/proc/meminfo's MemTotal), 0 if unknown. */
+static uint64_t mem_total(void)
+{
+  cleanup_free char *text = NULL;
+  size_t len = 0;
+  if (sbx__read_file_at(AT_FDCWD, "/proc/meminfo", 1 << 16, &text, &len) < 0)
+    return 0;
+  const char *l = strstr(text, "MemTotal:");
+  unsigned long long kib = 0;
+  return l && sscanf(l, "MemTotal: %llu kB", &kib) == 1 ? (uint64_t) kib << 10 : 0;
+}
+
+/* The memory limit a sandbox gets: its own, else the configured one (0: none). A live sandbox
+ * counts with the limit it was made with (meta.memory_admitted), when recorded. */
+static uint64_t mem_limit(const struct sbx_config *cfg, uint64_t own)
+{
+  return own ? own : cfg->memory_mib << 20;
+}
+
+/* Whom a sandbox counts against for max_sandboxes_per_user: its scope's user; one with no scope
+ * (sbx_create: sbxd's lifecycle and provisioner, a throw-away acquire) counts as "default". */
+static const char *owner_of(const char *user, const char *thread)
+{
+  return thread && user ? user : "default";
+}
+
+/* The hard limits, before a create (docs/configuration.md, "Limits"): sandbox.max_sandboxes live
+ * sandboxes in this home, sandbox.max_sandboxes_per_user of one owner, and the memory limits of
+ * the live ones plus the new one within sandbox.memory_overcommit x MemTotal. Live = leased
+ * (active, or being created: its creator leases it before launching) or alive. Caller holds
+ * locks/pool, which every creator in every process sharing the home takes until its sandbox is
+ * registered, so two creators never both take the last place. SBX_E_LIMIT when over. */
+static int admit(struct sbx_provider_s *p, const char *creating, const char *owner, uint64_t memory,
+                 sbx_error_t *err)
+{
+  const struct sbx_config *cfg = p->pool.cfg;
+  bool mem_check =
+      cfg->memory_overcommit > 0 && memory > 0 && strcmp(p->pool.ops->name, "linux") == 0;
+  if (cfg->max_sandboxes <= 0 && cfg->max_sandboxes_per_user <= 0 && !mem_check)
+    return 0;
+  sbx_strv_t ids = {0};
+  if (sbx__state_list_ids(p->pool.home, &ids, err) < 0)
+    return -1;
+  size_t live = 0, mine = 0;
+  uint64_t mem_sum = 0;
+  for (size_t i = 0; i < ids.n; i++) {
+    if (strcmp(ids.v[i], creating) == 0)
+      continue;
+    struct sbx_instance in;
+    sbx_error_t lerr = NULL;
+    if (sbx__instance_load(&p->pool, ids.v[i], &in, &lerr) < 0) {
+      sbx_error_release(&lerr);
+      continue;
+    }
+    if (sbx__lease_held(p->pool.home, ids.v[i]) || in.ops->alive(&in)) {
+      live++;
+      mine += strcmp(owner_of(in.meta.user, in.meta.thread), owner) == 0;
+      mem_sum +=
+          in.meta.memory_admitted ? in.meta.memory_admitted : mem_limit(cfg, in.meta.memory_bytes);
+    }
+    sbx__instance_free(&in);
+  }
+  sbx__strv_free(&ids);
+  if (cfg->max_sandboxes > 0 && live >= (size_t) cfg->max_sandboxes)
+    return sbx__make_error(err, 0, SBX_E_LIMIT,
+                           "sandbox limit reached: %zu sandboxes are live, sandbox.max_sandboxes "
+                           "is %d",
+                           live, cfg->max_sandboxes);
+  if (cfg->max_sandboxes_per_user > 0 && mine >= (size_t) cfg->max_sandboxes_per_user)
+    return sbx__make_error(err, 0, SBX_E_LIMIT,
+                           "sandbox limit reached for user `%s`: %zu of its sandboxes are live, "
+                           "sandbox.max_sandboxes_per_user is %d",
+                           owner, mine, cfg->max_sandboxes_per_user);
+  uint64_t total = mem_check ? mem_total() : 0;
+  if (total > 0) {
+    double allowed = (double) total * cfg->memory_overcommit;
+    if ((double) mem_sum + (double) memory > allowed)
+      return sbx__make_error(err, 0, SBX_E_LIMIT,
+                             "not enough memory for a sandbox limited to %llu MiB: the live "
+                             "sandboxes' limits add up to %llu MiB of the %llu MiB allowed "
+                             "(MemTotal %llu MiB x sandbox.memory_overcommit %g)",
+                             (unsigned long long) (memory >> 20),
+                             (unsigned long long) (mem_sum >> 20),
+                             (unsigned long long) (allowed / 1048576.0),
+                             (unsigned long long) (total >> 20), cfg->memory_overcommit);
+  }
+  return 0;
+}
+
 static int health_check(struct sbx_instance *in, sbx_error_t *err)
 {
   return in->ops->health(in, (int) in->cfg->health_check_timeout, err);
@@ -215,8 +304,9 @@ static void meta_forget_backend(struct sbx_meta *m)
 /* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
  * locks/<id>. The replica cap is decided under locks/pool, which is held only until the new
  * sandbox is registered (its folder and lease exist, so the next creator counts it): launches
- * run in parallel. Managed sandboxes are outside the cap and skip the pool lock (and so do
- * spares, spares.c: they have a cap of their own, `spares`).
+ * run in parallel. Managed sandboxes are outside the replica cap (and so are spares, spares.c:
+ * they have a cap of their own, `spares`) but not outside the hard limits (admit), which every
+ * create checks under locks/pool.
  *
  * A ready spare made for the same configuration is taken instead of launching when there is
  * one: its folder is renamed to id's and the backend adopts it (a name, the user-data folder). */
@@ -225,11 +315,20 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
                                     sbx_error_t *err)
 {
   int pool = -1;
-  if (o == NULL) {
+  const struct sbx_config *cfg = p->pool.cfg;
+  if (o == NULL || cfg->max_sandboxes > 0 || cfg->max_sandboxes_per_user > 0 ||
+      cfg->memory_overcommit > 0) {
     pool = sbx__lock_take(p->pool.home, LOCK_POOL, true, false, err);
     if (pool < 0)
       return NULL;
-    enforce_cap(p, id);
+    if (o == NULL)
+      enforce_cap(p, id);
+    if (admit(p, id, owner_of(user, thread), mem_limit(cfg, o ? o->memory_bytes : 0), err) < 0) {
+      close(pool);
+      if (err && *err)
+        sbx__error_wrap(err, "create sandbox %s", id);
+      return NULL;
+    }
   }
   cleanup_free char *user_data = NULL;
   struct sbx_sandbox_s *sb = sbx__handle_new(&p->pool, id, user, thread, o);
@@ -396,7 +495,10 @@ sbx_sandbox_t *sbx_acquire(sbx_provider_t *p, const char *user, const char *thre
     p->held = sb;
     pthread_mutex_unlock(&p->lock);
   }
-  close(lock);
+  if (sb == NULL && thread == NULL)
+    sbx__lock_drop(p->pool.home, id, lock); /* a random id: no lock file per refused create */
+  else
+    close(lock);
   return sb;
 }
 
@@ -501,7 +603,10 @@ sbx_sandbox_t *sbx_create(sbx_provider_t *p, const struct sbx_create_opts *o, sb
     return sbx__make_error(err, 0, SBX_E_EXISTS, "sandbox %s exists already", id), NULL;
   }
   struct sbx_sandbox_s *sb = create(p, id, "default", NULL, o ? o : &none, err);
-  close(lock);
+  if (sb == NULL && !(o && o->id))
+    sbx__lock_drop(p->pool.home, id, lock); /* a random id: no lock file per refused create */
+  else
+    close(lock);
   if (sb)
     hold(p, sb);
   return sb;

@@ -77,6 +77,7 @@ int sbx__meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_err
   m->paused = json_is_true(json_object_get(o, "paused"));
   m->managed = json_is_true(json_object_get(o, "managed"));
   m->memory_bytes = (uint64_t) json_integer_value(json_object_get(o, "memory_bytes"));
+  m->memory_admitted = (uint64_t) json_integer_value(json_object_get(o, "memory_admitted"));
   m->cpus = json_number_value(json_object_get(o, "cpus"));
   size_t i;
   json_t *v;
@@ -128,6 +129,8 @@ int sbx__meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err
     json_object_set_new(o, "managed", json_true());
   if (m->memory_bytes)
     json_object_set_new(o, "memory_bytes", json_integer((json_int_t) m->memory_bytes));
+  if (m->memory_admitted)
+    json_object_set_new(o, "memory_admitted", json_integer((json_int_t) m->memory_admitted));
   if (m->cpus > 0)
     json_object_set_new(o, "cpus", json_real(m->cpus));
   if (m->env.n) {

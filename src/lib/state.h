@@ -37,6 +37,9 @@ struct sbx_meta {
   bool managed;          /* made by sbx_create: outside the replica cap and idle reaping */
   sbx_strv_t env;        /* "KEY=VALUE" for every command (sbx_create) */
   uint64_t memory_bytes; /* per-sandbox limits (sbx_create); 0 = configured */
+  /* the memory limit it was made with, whatever the configuration says later (memory
+   * admission, provider.c); 0: none, or not recorded (older sandboxes) */
+  uint64_t memory_admitted;
   double cpus;
   char *extra;     /* JSON object kept for front-ends (sbxd: metadata, expiry...) */
   char *spare_key; /* a spare (spares.c): the configuration it was made for */

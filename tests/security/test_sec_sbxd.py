@@ -999,9 +999,8 @@ def test_sbxd_request_bodies_and_headers_are_bounded(sbxd_factory):
     is cut off (after the cap plus 64 MiB drained), also with a bogus chunk size; 10,000 headers,
     an 8 MiB header line and an 8 MiB request target are refused; 200 slow clients (headers or
     bodies trickled a few bytes at a time) do not keep others from being answered promptly.
-    sbxd's memory and thread count stay bounded throughout. (sbxd allows 1024 connections, a
-    thread each: a client holding all of them would lock others out; loopback clients are
-    trusted that far, docs/sbxd.md "Limits".)"""
+    sbxd's memory and thread count stay bounded throughout. (Floods of connections, per
+    address and in all, and slow heads past sbxd.head_timeout: test_sec_limits.py.)"""
     d = sbxd_factory()
     box = d.create()
     tok = "%s: %s\r\n" % (TOKEN_HEADER, box.token)

@@ -75,6 +75,13 @@ static void check_defaults(const struct sbx_config *cfg)
   assert_int_equal(cfg->image_min_free_mib, 1024);
   assert_int_equal(cfg->health_check_timeout, 10);
   assert_true(cfg->health_check_skip_seconds == 0);
+  assert_int_equal(cfg->max_sandboxes, 64);
+  assert_int_equal(cfg->max_sandboxes_per_user, 32);
+  assert_true(cfg->memory_overcommit == 4);
+  assert_int_equal(cfg->max_connections, 1024);
+  assert_int_equal(cfg->max_connections_per_address, 256);
+  assert_int_equal(cfg->connections_reserve, 64);
+  assert_true(cfg->head_timeout == 10);
   assert_int_equal(cfg->spares, 0);
   assert_null(cfg->api_key);
   assert_string_equal(cfg->domain, "localhost:8080");
@@ -171,6 +178,9 @@ static void test_full(void **state)
                                 "  home_size_mib: 32\n"
                                 "  disk_mib: 2048\n"
                                 "  health_check_timeout: 3\n"
+                                "  max_sandboxes: 0\n"
+                                "  max_sandboxes_per_user: 5\n"
+                                "  memory_overcommit: 1.5\n"
                                 "  allow_host_bash: true\n"
                                 "  protocol: https\n"
                                 "  request_timeout: 5\n"
@@ -181,6 +191,10 @@ static void test_full(void **state)
                                 "  listen: '[::1]:9090'\n"
                                 "  volume_roots: [/srv/data/, /home]\n"
                                 "  max_sandbox_timeout: 3600\n"
+                                "  max_connections: 100\n"
+                                "  max_connections_per_address: 0\n"
+                                "  connections_reserve: 10\n"
+                                "  head_timeout: 2.5\n"
                                 "  images:\n"
                                 "    python:3.11: host\n"
                                 "    'ubuntu:22.04': host\n");
@@ -202,6 +216,13 @@ static void test_full(void **state)
   assert_int_equal(cfg->memory_mib, 0);
   assert_true(cfg->cpus == 0.5);
   assert_int_equal(cfg->pids, 64);
+  assert_int_equal(cfg->max_sandboxes, 0);
+  assert_int_equal(cfg->max_sandboxes_per_user, 5);
+  assert_true(cfg->memory_overcommit == 1.5);
+  assert_int_equal(cfg->max_connections, 100);
+  assert_int_equal(cfg->max_connections_per_address, 0);
+  assert_int_equal(cfg->connections_reserve, 10);
+  assert_true(cfg->head_timeout == 2.5);
   assert_string_equal(cfg->network, "host");
   assert_int_equal(cfg->n_mounts, 2);
   assert_string_equal(cfg->mounts[0].host_path, "/tmp");

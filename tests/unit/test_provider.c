@@ -213,6 +213,36 @@ static void cap_leaves_managed_alone(void **state)
   assert_true(exists(p, mid));
 }
 
+/* max_sandboxes and max_sandboxes_per_user: SBX_E_LIMIT past them, nothing made or evicted;
+ * managed sandboxes count as user "default"; a destroyed one makes room. */
+static void hard_caps_refuse(void **state)
+{
+  struct ctx *c = *state;
+  c->cfg->replicas = 10;
+  c->cfg->max_sandboxes = 3;
+  c->cfg->max_sandboxes_per_user = 2;
+  sbx_provider_t *p = provider(c);
+  char a[17], b[17];
+  acquire(p, "t1", a);
+  acquire(p, "t2", b);
+  sbx_error_t err = NULL;
+  assert_null(sbx_acquire(p, "u", "t3", &err)); /* u's third */
+  assert_int_equal(err->kind, SBX_E_LIMIT);
+  assert_non_null(strstr(err->msg, "sandbox.max_sandboxes_per_user is 2"));
+  sbx_error_release(&err);
+  struct sbx_create_opts o = {0};
+  sbx_sandbox_t *m = sbx_create(p, &o, NULL); /* default's first: the third in all */
+  assert_non_null(m);
+  assert_null(sbx_create(p, &o, &err)); /* the fourth in all */
+  assert_int_equal(err->kind, SBX_E_LIMIT);
+  assert_non_null(strstr(err->msg, "3 sandboxes are live, sandbox.max_sandboxes is 3"));
+  sbx_error_release(&err);
+  assert_int_equal(fake.destroys, 0);
+  assert_int_equal(sbx_destroy(p, a, NULL), 0);
+  char d[17];
+  acquire(p, "t3", d);
+}
+
 static void gc_reaps_idle_dead_and_half_made(void **state)
 {
   struct ctx *c = *state;
@@ -412,6 +442,7 @@ int main(void)
       cmocka_unit_test_setup_teardown(cap_evicts_longest_idle, setup, teardown),
       cmocka_unit_test_setup_teardown(cap_never_evicts_active, setup, teardown),
       cmocka_unit_test_setup_teardown(cap_leaves_managed_alone, setup, teardown),
+      cmocka_unit_test_setup_teardown(hard_caps_refuse, setup, teardown),
       cmocka_unit_test_setup_teardown(gc_reaps_idle_dead_and_half_made, setup, teardown),
       cmocka_unit_test_setup_teardown(spares_fill_and_take, setup, teardown),
       cmocka_unit_test_setup_teardown(spares_stale_key_replaced, setup, teardown),
