@@ -90,6 +90,10 @@ cat >"$CFG" <<EOF
 sandbox:
   replicas: 2000
   idle_timeout: 0
+  # the density and tail runs hold 1,000 sandboxes: past the default hard caps
+  max_sandboxes: 0
+  max_sandboxes_per_user: 0
+  memory_overcommit: 0
 sbxd:
   listen: 127.0.0.1:$SBXD_PORT
 EOF

@@ -262,7 +262,8 @@ def main():
     os.mkdir(home)
     config = os.path.join(tmp, "config.yaml")
     with open(config, "w") as f:
-        f.write("sandbox:\n  replicas: %d\n  idle_timeout: 3600\n" % (a.sandboxes + 16))
+        f.write("sandbox:\n  replicas: %d\n  idle_timeout: 3600\n  max_sandboxes: 0\n"
+                "  max_sandboxes_per_user: 0\n  memory_overcommit: 0\n" % (a.sandboxes + 16))
     run_tag = "load%s" % os.urandom(3).hex()
     threads = ["%s-%d" % (run_tag, i) for i in range(a.sandboxes)]
 
