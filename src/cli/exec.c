@@ -66,7 +66,7 @@ int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const
     json_object_set_new(j, "stderr", cli_json_string(r.err, r.err_len));
     json_object_set_new(j, "exit_code", json_integer(r.exit_code));
     json_object_set_new(j, "timed_out", json_boolean(r.timed_out));
-    json_object_set_new(j, "output", json_string(r.output));
+    json_object_set_new(j, "output", cli_json_string(r.output, r.output_len));
     if (cli_print_json(j) != 0)
       ret = EXIT_OP_ERROR;
   }

@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -21,8 +22,9 @@ static const char usage[] =
     "image store), and the files of /mnt/user-data/outputs as resources. All act on the\n"
     "sandbox of one scope: (USER, THREAD) if -t is given (the same sandbox `sbx exec -t THREAD`\n"
     "uses), else a thread of this session's own (\"mcp-\" + random hex). It is created on the\n"
-    "first tool call and parked warm when stdin closes or on SIGTERM/SIGINT (commands still\n"
-    "running are killed). Logs go to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
+    "first tool call and parked warm when stdin closes (once every request read before the end\n"
+    "of input is answered) or on SIGTERM/SIGINT (commands still running are killed). Logs go\n"
+    "to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
     "\n"
     "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
@@ -113,8 +115,7 @@ static void reader(struct stdio *io)
       pthread_cond_broadcast(&io->cond);
       pthread_mutex_unlock(&io->lock);
       pthread_mutex_unlock(&io->read_lock);
-      mcp_cancel_all(io->s); /* the main thread may be the one running a call */
-      break;
+      break; /* the calls already read are still answered (drain) */
     }
     pthread_mutex_unlock(&io->read_lock);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
@@ -148,14 +149,23 @@ static void *reader_thread(void *arg)
   return NULL;
 }
 
-/* Cancels what still runs (its commands are killed) until every reader is done with its
- * message; returns with io->lock held. */
-static void drain(struct stdio *io, bool all_threads)
+/* The client is gone: nobody reads stdout any more (a pipe's reader closed it). */
+static bool client_gone(void)
+{
+  struct pollfd p = {.fd = STDOUT_FILENO, .events = 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* Waits until every reader is done with its message; returns with io->lock held. With cancel
+ * (a signal), what still runs is cancelled (its commands are killed); at the end of input the
+ * calls read before it run to their answers, unless the client is gone. */
+static void drain(struct stdio *io, bool all_threads, bool cancel)
 {
   pthread_mutex_lock(&io->lock);
   while (io->busy > 0 || (all_threads && io->threads > 0)) {
     pthread_mutex_unlock(&io->lock);
-    mcp_cancel_all(io->s);
+    if (cancel || client_gone())
+      mcp_cancel_all(io->s);
     pthread_mutex_lock(&io->lock);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -186,7 +196,7 @@ static void *signal_thread(void *arg)
   pthread_mutex_lock(&io->lock);
   io->eof = true; /* no new message is started */
   pthread_mutex_unlock(&io->lock);
-  drain(io, false);
+  drain(io, false, true);
   pthread_mutex_unlock(&io->lock);
   mcp_session_free(io->s);
   fflush(stdout);
@@ -257,7 +267,10 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
                           .release = host_release,
                           .ctx = c,
                           .home = c->home,
-                          .image = c->cfg->image};
+                          .image = c->cfg->image,
+                          .bash_output_max_chars = c->cfg->bash_output_max_chars,
+                          .read_file_output_max_chars = c->cfg->read_file_output_max_chars,
+                          .ls_output_max_chars = c->cfg->ls_output_max_chars};
   static struct stdio io; /* signal_thread may still use it as the process exits */
   io.c = c;
   pthread_mutex_init(&io.out_lock, NULL);
@@ -270,9 +283,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
     pthread_detach(sig);
 
   reader(&io);
-  /* end of input: what still runs is cancelled (its commands killed), then the sandbox parked */
+  /* end of input: every request read before it is answered, then the sandbox parked */
   pthread_mutex_lock(&shutdown_lock);
-  drain(&io, true);
+  drain(&io, true, false);
   pthread_mutex_unlock(&io.lock);
   mcp_session_free(io.s);
   if (configured_image) {
