@@ -76,6 +76,7 @@ static void host_release(void *ctx, sbx_sandbox_t *sb, bool destroy)
 }
 
 static void *reader_thread(void *arg);
+static void drain(struct stdio *io, bool all_threads, bool cancel);
 
 /* Another reader, unless one is already waiting for stdin. */
 static void ensure_reader(struct stdio *io)
@@ -115,7 +116,11 @@ static void reader(struct stdio *io)
       pthread_cond_broadcast(&io->cond);
       pthread_mutex_unlock(&io->lock);
       pthread_mutex_unlock(&io->read_lock);
-      break; /* the calls already read are still answered (drain) */
+      /* the calls already read are still answered; meanwhile, whoever saw the end of input
+       * watches for the client going away (the main thread may be the one running a call) */
+      drain(io, false, false);
+      pthread_mutex_unlock(&io->lock);
+      break;
     }
     pthread_mutex_unlock(&io->read_lock);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
