@@ -26,7 +26,8 @@ static const char usage[] =
     "of input is answered) or on SIGTERM/SIGINT (commands still running are killed). Logs go\n"
     "to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
     "\n"
-    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$, not starting\n"
+    "                        with -)\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
     "      --image IMAGE     make the session's sandbox from this image when it is created\n"
     "                        (default: sandbox.image; `host` or an image of `sbx images`); a\n"
@@ -233,14 +234,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
   /* a bad scope is a usage error now, not a failure at the first tool call */
-  char id[17];
-  sbx_error_t err = NULL;
-  if (sbx_scope_to_id(scope.user ? scope.user : "default", scope.thread ? scope.thread : "x", id,
-                      &err) < 0) {
-    r = cli_usage_error(c, "%s", err->msg);
-    sbx_error_release(&err);
+  if ((r = cli_scope_names_check(c, scope.user, scope.thread)) != 0)
     return r;
-  }
+  sbx_error_t err = NULL;
   if ((r = cli_open(c)) != 0)
     return r;
   /* an image that is not there is a usage error now, not a failure at the first tool call */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -154,7 +155,8 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   sbxd_log_json(SBXD_DEBUG, msg, json_pack("{s:s}", "source", "microhttpd"));
 }
 
-/* Parses "host:port" / "[v6]:port" into a socket address. */
+/* Parses "host:port" / "[v6]:port" into a socket address; host `localhost` is 127.0.0.1 (the
+ * name, not a lookup: what it stands for must not depend on /etc/hosts or DNS). */
 static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
 {
   cleanup_free char *copy = xstrdup(s);
@@ -180,6 +182,8 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *) ss;
   if (*host == '\0')
     host = (char *) "0.0.0.0";
+  if (strcasecmp(host, "localhost") == 0)
+    host = (char *) "127.0.0.1";
   if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
     a4->sin_family = AF_INET;
     a4->sin_port = htons((uint16_t) pn);
@@ -193,6 +197,13 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
     return 0;
   }
   return -1;
+}
+
+bool sbxd_listen_valid(const char *listen)
+{
+  struct sockaddr_storage ss;
+  bool v6;
+  return parse_listen(listen, &ss, &v6) == 0;
 }
 
 bool sbxd_listen_is_loopback(const char *listen)
@@ -231,7 +242,9 @@ int sbxd_server_start(void)
   struct sockaddr_storage ss;
   bool v6;
   if (parse_listen(srv.listen, &ss, &v6) < 0) {
-    sbxd_log(SBXD_ERROR, "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT)",
+    sbxd_log(SBXD_ERROR,
+             "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT, HOST an IP "
+             "address or localhost)",
              srv.listen);
     return -1;
   }

