@@ -4,13 +4,14 @@ listen address and one sbxd a home, a create whose entrypoint fails, an exec who
 and `sbx image prune`'s count of what it freed."""
 import json
 import os
+import re
 import signal
 import subprocess
-import time
+import sys
 
 import pytest
 
-from conftest import SBX, slow
+from conftest import SBX, SOURCE, slow
 from test_sbxd_http import SBXD, sbxd  # noqa: F401 (a fixture)
 
 
@@ -87,3 +88,37 @@ def test_a_second_sbxd_on_a_home_is_refused(sbxd, tmp_path):  # noqa: F811
     s.kill9()
     s2 = sbxd(api_key=None, home=s.home)
     assert s2.req("GET", "/health", key=None).status == 200
+
+
+def disk_usage(top):
+    """(bytes counted once an inode, as du does; bytes counted once a name)."""
+    seen, once, per_name = set(), 0, 0
+    for root, dirs, files in os.walk(top):
+        for n in dirs + files:
+            st = os.lstat(os.path.join(root, n))
+            b = st.st_blocks * 512
+            per_name += b
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                once += b
+    return once, per_name
+
+
+def test_image_prune_counts_hard_links_once(sbx, tmp_path):
+    sys.path.insert(0, os.path.join(SOURCE, "tests", "images"))
+    import mkimage
+    archive = str(tmp_path / "bb.tar")
+    mkimage.build_docker(archive, [("bb:prune", [mkimage.busybox_layer()], None)])
+    sbx.ok("image", "import", archive)
+    store = os.path.join(sbx.home, "images")
+    once, per_name = disk_usage(store)
+    # the positive control: busybox's applets are hard links of one file, so counting names
+    # (what prune did) gives many times the store's size
+    assert per_name > 3 * once, (once, per_name)
+    sbx.ok("rmi", "bb:prune")
+    out = sbx.ok("image", "prune")
+    m = re.search(r"freed ([0-9.]+) MB", out)
+    assert m, out
+    freed = float(m.group(1)) * 1e6
+    assert 0 < freed <= once + 0.05e6, (out, once, per_name)
+    assert freed >= (once - disk_usage(store)[0]) * 0.9 - 0.05e6, (out, once)  # what went, counted
