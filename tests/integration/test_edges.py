@@ -122,3 +122,23 @@ def test_image_prune_counts_hard_links_once(sbx, tmp_path):
     freed = float(m.group(1)) * 1e6
     assert 0 < freed <= once + 0.05e6, (out, once, per_name)
     assert freed >= (once - disk_usage(store)[0]) * 0.9 - 0.05e6, (out, once)  # what went, counted
+
+
+def test_an_exec_whose_pull_fails_leaves_no_thread_folder(sbx):
+    threads = os.path.join(sbx.home, "users", "default", "threads")
+    # nothing listens on loopback port 1: the pull fails at once
+    p = sbx.run("exec", "-t", "pullfail", "--image", "127.0.0.1:1/nope:1", "--", "true",
+                env={"SBX_PULL": "missing"})
+    assert p.returncode == 1 and b"pulling it failed" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(threads, "pullfail"))
+    p = sbx.run("exec", "-t", "notstored", "--image", "nope:1", "--", "true")  # SBX_PULL=never
+    assert p.returncode == 1 and b"not in the store" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(threads, "notstored"))
+    # a thread that has data keeps it, whatever fails later
+    sbx.ok("exec", "-t", "kept", "--", "echo x > /mnt/user-data/workspace/f")
+    sbx.ok("rm", "-t", "kept")
+    p = sbx.run("exec", "-t", "kept", "--image", "nope:1", "--", "true")
+    assert p.returncode == 1
+    with open(os.path.join(threads, "kept", "user-data", "workspace", "f")) as f:
+        assert f.read() == "x\n"
+    assert sbx.ps() == []
