@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -142,3 +143,35 @@ def test_an_exec_whose_pull_fails_leaves_no_thread_folder(sbx):
     with open(os.path.join(threads, "kept", "user-data", "workspace", "f")) as f:
         assert f.read() == "x\n"
     assert sbx.ps() == []
+
+
+def test_a_create_whose_entrypoint_fails_is_failed_and_logged(sbxd):  # noqa: F811
+    s = sbxd()
+    good = s.create()  # tail -f /dev/null
+    bad = {}
+    for name, ep in (("missing", ["/no/such/entrypoint"]), ("exit3", ["sh", "-c", "echo boom >&2; exit 3"])):
+        r = s.req("POST", "/v1/sandboxes", {"image": {"uri": "host"}, "entrypoint": ep,
+                                            "resourceLimits": {}, "timeout": 600})
+        assert r.status == 202, r.body
+        bad[name] = r.json()["id"]
+    deadline = time.time() + slow(60)
+    states = {}
+    while time.time() < deadline:
+        states = {n: s.req("GET", "/v1/sandboxes/" + i).json()["status"] for n, i in bad.items()}
+        if all(st["state"] == "Failed" for st in states.values()):
+            break
+        time.sleep(0.2)
+    assert states["exit3"]["state"] == "Failed" and states["exit3"]["reason"] == "ENTRYPOINT_FAILED", states
+    assert "exited with code 3" in states["exit3"]["message"], states
+    assert states["missing"]["state"] == "Failed" and states["missing"]["reason"] == "ENTRYPOINT_FAILED", states
+    # the list says so too, and a filter on Failed finds them
+    r = s.req("GET", "/v1/sandboxes?state=Failed").json()
+    assert sorted(x["id"] for x in r["items"]) == sorted(bad.values()), r
+    # each failure was logged, once
+    logged = [l for l in s.logs if l.get("msg") == "sandbox entrypoint failed"]
+    assert sorted(l["sandbox_id"] for l in logged) == sorted(bad.values()), logged
+    assert {l["sandbox_id"]: l["exit_code"] for l in logged}[bad["exit3"]] == 3
+    # the positive control: an entrypoint that runs keeps its sandbox Running
+    assert s.req("GET", "/v1/sandboxes/" + good.id).json()["status"]["state"] == "Running"
+    for i in list(bad.values()) + [good.id]:
+        assert s.req("DELETE", "/v1/sandboxes/" + i).status == 204
