@@ -15,7 +15,7 @@ DEPS = cmake make gcc clang-14 libclang-rt-14-dev pkg-config clang-format \
        libcmocka-dev libunistring-dev python3 python3-pytest valgrind libtsan2 e2fsprogs \
        libarchive-dev libssl-dev busybox-static zstd debootstrap docker-registry skopeo openssl tmux \
        python3-httpx python3-pydantic uidmap \
-       passt nftables libnftables-dev iperf3
+       passt nftables libnftables-dev iperf3 curl jq
 
 .PHONY: all build deps run tour check test unit integration san tsan tsan-build install format \
         format-check clean bench fuzz load memcheck guest-deps guest-check guest-check-full

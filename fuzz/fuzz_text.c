@@ -168,8 +168,8 @@ static int64_t le64(const uint8_t *p)
   return (int64_t) v;
 }
 
-/* The rendered text is a C string (as every consumer reads it): NUL bytes in the output are not
- * part of this check. */
+/* The checks below read the text as a C string, so NUL bytes of the output are made spaces
+ * here; that NULs pass through whole is check_render_nul's. */
 static void check_render(const char *raw, size_t n, int64_t a, int64_t b)
 {
   char *t = malloc(n + 1);
@@ -186,9 +186,9 @@ static void check_render(const char *raw, size_t n, int64_t a, int64_t b)
       .exit_code = (int) (int8_t) (b >> 8),
       .timed_out = (b >> 16) & 1,
   };
-  char *r = sbx__exec_render(&o);
-  size_t rl = strlen(r);
-  if (!sbx__utf8_valid(r, rl))
+  size_t rl;
+  char *r = sbx__exec_render(&o, &rl);
+  if (rl != strlen(r) || !sbx__utf8_valid(r, rl))
     abort();
   bool nothing = o.out_len == 0 && o.err_len == 0 && o.out_total == 0 && o.err_total == 0 &&
                  !o.timed_out && o.exit_code == 0;
@@ -209,6 +209,58 @@ static void check_render(const char *raw, size_t n, int64_t a, int64_t b)
     abort();
   free(r);
   free(t);
+}
+
+/* With NULs: every byte of the output is in the rendered text (its length says so), as
+ * sanitizing alone would make it. */
+static void check_render_nul(const char *raw, size_t n)
+{
+  sbx_exec_output_t o = {.out = raw, .out_len = n, .out_total = n};
+  size_t rl, sl;
+  char *r = sbx__exec_render(&o, &rl);
+  char *want = sbx__utf8_sanitize(raw, n, &sl);
+  if (n > 0 && (rl != sl || memcmp(r, want, sl) != 0))
+    abort();
+  free(want);
+  free(r);
+}
+
+static size_t code_points(const char *s, size_t n)
+{
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++)
+    c += ((unsigned char) s[i] & 0xC0) != 0x80;
+  return c;
+}
+
+/* DeerFlow's caps: valid UTF-8, at most max characters (marker included), the text whole when
+ * it fits, the head (and for the middle cut the tail) of the sanitized text kept. */
+static void check_truncate(const char *raw, size_t n, int64_t a)
+{
+  int64_t max = (int64_t) ((uint64_t) a % 400);
+  size_t sl, ml, hl;
+  char *clean = sbx__utf8_sanitize(raw, n, &sl);
+  size_t total = code_points(clean, sl);
+  char *m = sbx__truncate_middle(raw, n, max, &ml);
+  char *h = sbx__truncate_head(raw, n, max, "hint", &hl);
+  if (!sbx__utf8_valid(m, ml) || !sbx__utf8_valid(h, hl))
+    abort();
+  if (max == 0 || total <= (size_t) max) {
+    if (ml != sl || hl != sl || memcmp(m, clean, sl) != 0 || memcmp(h, clean, sl) != 0)
+      abort();
+  } else {
+    if (code_points(m, ml) > (size_t) max || code_points(h, hl) > (size_t) max)
+      abort();
+    /* what comes before the (first) marker is the text's own start, in both */
+    const char *hm = memmem(h, hl, "\n... [truncated: showing first ", 31);
+    const char *mm = memmem(m, ml, "\n... [middle truncated: ", 24);
+    size_t hp = hm ? (size_t) (hm - h) : hl, mp = mm ? (size_t) (mm - m) : ml;
+    if (hp > sl || mp > sl || memcmp(h, clean, hp) != 0 || memcmp(m, clean, mp) != 0)
+      abort();
+  }
+  free(m);
+  free(h);
+  free(clean);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -280,5 +332,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
 
   check_render(t, n, a, b);
+  check_render_nul(t, n);
+  check_truncate(t, n, a);
   return 0;
 }

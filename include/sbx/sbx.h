@@ -146,8 +146,10 @@ struct sbx_exec_result {
   int exit_code; /* 124 on timeout; negative = killed by that signal */
   bool timed_out;
   bool signaled;
-  char *output; /* the rendered text an agent reads (contract §1.1) */
+  char *output; /* the rendered text an agent reads (contract §1.1), NUL-terminated; it may
+                  hold NUL bytes of the command's output: output_len is its length */
   uint64_t duration_ms;
+  size_t output_len;
 };
 SBX_PUBLIC void sbx_exec_result_free(struct sbx_exec_result *r);
 

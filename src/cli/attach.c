@@ -31,7 +31,9 @@ static const char usage[] =
     "  --server HOST:PORT  sbxd's address (default: sbxd.listen, 127.0.0.1:8080)\n"
     "  --since N           replay the output kept from byte offset N (default 0: all of it)\n"
     "  --takeover          take the session from the client attached to it (it is closed)\n"
-    "The API key is sbxd.api_key of the configuration, else $OPEN_SANDBOX_API_KEY.\n";
+    "The API key is sbxd.api_key of the configuration, else $OPEN_SANDBOX_API_KEY; with it\n"
+    "(or from a server without a key) attach asks for the sandbox's access token\n"
+    "(GET /v1/sandboxes/SANDBOX/endpoints/44772) and sends it, as the session's routes want.\n";
 
 struct attach_args {
   const char *server;
@@ -94,9 +96,47 @@ bad:
   return -1;
 }
 
+/* The sandbox's access token, as the lifecycle API hands it out (GET
+ * /v1/sandboxes/{id}/endpoints/44772, with the API key when there is one): the endpoint mount
+ * wants it, and a server without a key has no other credential for it. NULL when it cannot be
+ * had (the handshake then goes without, and its error says why). */
+static char *learn_token(int fd, const char *server, const char *box, const char *key)
+{
+  sbx_buf_t req = {0};
+  sbx__buf_printf(&req,
+                  "GET /v1/sandboxes/%s/endpoints/44772 HTTP/1.1\r\nHost: %s\r\n"
+                  "Connection: close\r\nAccept: application/json\r\n",
+                  box, server);
+  if (key && *key)
+    sbx__buf_printf(&req, "OPEN-SANDBOX-API-KEY: %s\r\n", key);
+  sbx__buf_puts(&req, "\r\n");
+  int w = sbx__write_all(fd, req.data, req.len);
+  sbx__buf_free(&req);
+  sbx_buf_t resp = {0};
+  while (w == 0 && resp.len < 65536) {
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0)
+      break;
+    sbx__buf_append(&resp, buf, (size_t) n);
+  }
+  char *token = NULL;
+  const char *body = resp.data ? strstr(resp.data, "\r\n\r\n") : NULL;
+  if (body && strncmp(resp.data, "HTTP/1.1 200", 12) == 0) {
+    json_t *j = json_loads(body + 4, 0, NULL);
+    const char *t =
+        json_string_value(json_object_get(json_object_get(j, "headers"), "X-EXECD-ACCESS-TOKEN"));
+    if (t && *t)
+      token = xstrdup(t);
+    json_decref(j);
+  }
+  sbx__buf_free(&resp);
+  return token;
+}
+
 /* The handshake; bytes after the response's head go to rx. 0, or -1 with a message printed. */
 static int handshake(int fd, const char *server, const char *path, const char *key,
-                     struct ws_rx *rx)
+                     const char *token, struct ws_rx *rx)
 {
   char nonce_hex[33], nonce[16];
   sbx__random_hex(nonce_hex, 32);
@@ -112,6 +152,8 @@ static int handshake(int fd, const char *server, const char *path, const char *k
                   path, server, b64);
   if (key && *key)
     sbx__buf_printf(&req, "OPEN-SANDBOX-API-KEY: %s\r\n", key);
+  if (token)
+    sbx__buf_printf(&req, "X-EXECD-ACCESS-TOKEN: %s\r\n", token);
   sbx__buf_puts(&req, "\r\n");
   int w = sbx__write_all(fd, req.data, req.len);
   sbx__buf_free(&req);
@@ -182,8 +224,12 @@ int cmd_attach(struct cli *c, int argc, char **argv)
   int fd = dial(server);
   if (fd < 0)
     return EXIT_OP_ERROR;
+  cleanup_free char *token = learn_token(fd, server, box, key);
+  close(fd);
+  if ((fd = dial(server)) < 0)
+    return EXIT_OP_ERROR;
   struct ws_rx rx = {.client = true, .max = 64u << 20};
-  if (handshake(fd, server, path, key, &rx) < 0) {
+  if (handshake(fd, server, path, key, token, &rx) < 0) {
     close(fd);
     sbxd_ws_rx_free(&rx);
     return EXIT_OP_ERROR;

@@ -42,6 +42,9 @@ int cli_usage_error(struct cli *c, const char *fmt, ...) __attribute__((format(p
 bool cli_parse_long(const char *s, long long *out);
 bool cli_parse_seconds(const char *s, double *out);
 /* Checks the scope options of a sandbox verb. */
+/* A usage error (exit 2) for a user or thread id that is not one: starting with '-' (an option
+ * taken for a value), or not matching the scope's patterns. NULL ones are not checked. */
+int cli_scope_names_check(struct cli *c, const char *user, const char *thread);
 int cli_scope_check(struct cli *c, struct cli_scope *s);
 /* Acquires the scope's sandbox (creating it on first use). */
 sbx_sandbox_t *cli_acquire(struct cli *c, struct cli_scope *s, sbx_error_t *err);

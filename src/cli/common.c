@@ -128,13 +128,36 @@ bool cli_parse_seconds(const char *s, double *out)
   return true;
 }
 
+int cli_scope_names_check(struct cli *c, const char *user, const char *thread)
+{
+  /* "-t -rf": getopt took an option-looking word as the value; a name never starts so */
+  if (thread && thread[0] == '-')
+    return cli_usage_error(c,
+                           "invalid thread '%s': a thread id does not start with '-' (a "
+                           "missing value after -t?)",
+                           thread);
+  if (user && user[0] == '-')
+    return cli_usage_error(c,
+                           "invalid user '%s': a user id does not start with '-' (a "
+                           "missing value after -u?)",
+                           user);
+  char id[17];
+  sbx_error_t err = NULL;
+  if (sbx_scope_to_id(user ? user : "default", thread ? thread : "x", id, &err) < 0) {
+    int r = cli_usage_error(c, "%s", err->msg);
+    sbx_error_release(&err);
+    return r;
+  }
+  return 0;
+}
+
 int cli_scope_check(struct cli *c, struct cli_scope *s)
 {
   if (s->thread == NULL)
     return cli_usage_error(c, "-t/--thread THREAD is required");
   if (s->user == NULL)
     s->user = "default";
-  return 0;
+  return cli_scope_names_check(c, s->user, s->thread);
 }
 
 sbx_sandbox_t *cli_acquire(struct cli *c, struct cli_scope *s, sbx_error_t *err)
@@ -233,7 +256,13 @@ int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cl
   int left = argc - optind;
   if (n_pos >= 0 && left != n_pos)
     return cli_usage_error(c, "expected %d argument%s, got %d", n_pos, n_pos == 1 ? "" : "s", left);
-  if (n_pos < 0 && left < 1)
-    return cli_usage_error(c, "missing COMMAND (after --)");
+  if (n_pos < 0 && left < 1) {
+    const char *v = c->verb ? c->verb : "";
+    return cli_usage_error(c, "%s",
+                           strcmp(v, "net") == 0   ? "missing the command (show, allow, deny, rm "
+                                                     "or log)"
+                           : strcmp(v, "rmi") == 0 ? "missing IMAGE (one or more)"
+                                                   : "missing COMMAND (after --)");
+  }
   return 0;
 }

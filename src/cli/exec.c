@@ -27,7 +27,8 @@ static const char usage[] =
     "                        terminal lives as long as this connection (no attach), and a\n"
     "                        shell needs ^P. For a terminal to detach from and come back\n"
     "                        to, use an sbxd PTY session and `sbx attach` (^P ^Q there)\n"
-    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$), required\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$, not\n"
+    "                        starting with -), required\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
     "  -e, --env KEY=VALUE   set a variable for this command (repeatable)\n"
     "      --timeout SECONDS default: sandbox.bash_command_timeout (600); -i, -T: none\n"
@@ -66,7 +67,7 @@ int cli_run_command(struct cli *c, sbx_sandbox_t *sb, const char *command, const
     json_object_set_new(j, "stderr", cli_json_string(r.err, r.err_len));
     json_object_set_new(j, "exit_code", json_integer(r.exit_code));
     json_object_set_new(j, "timed_out", json_boolean(r.timed_out));
-    json_object_set_new(j, "output", json_string(r.output));
+    json_object_set_new(j, "output", cli_json_string(r.output, r.output_len));
     if (cli_print_json(j) != 0)
       ret = EXIT_OP_ERROR;
   }

@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -21,10 +22,12 @@ static const char usage[] =
     "image store), and the files of /mnt/user-data/outputs as resources. All act on the\n"
     "sandbox of one scope: (USER, THREAD) if -t is given (the same sandbox `sbx exec -t THREAD`\n"
     "uses), else a thread of this session's own (\"mcp-\" + random hex). It is created on the\n"
-    "first tool call and parked warm when stdin closes or on SIGTERM/SIGINT (commands still\n"
-    "running are killed). Logs go to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
+    "first tool call and parked warm when stdin closes (once every request read before the end\n"
+    "of input is answered) or on SIGTERM/SIGINT (commands still running are killed). Logs go\n"
+    "to stderr; stdout carries only MCP messages. See docs/mcp.md.\n"
     "\n"
-    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$)\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$, not starting\n"
+    "                        with -)\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
     "      --image IMAGE     make the session's sandbox from this image when it is created\n"
     "                        (default: sandbox.image; `host` or an image of `sbx images`); a\n"
@@ -74,6 +77,7 @@ static void host_release(void *ctx, sbx_sandbox_t *sb, bool destroy)
 }
 
 static void *reader_thread(void *arg);
+static void drain(struct stdio *io, bool all_threads, bool cancel);
 
 /* Another reader, unless one is already waiting for stdin. */
 static void ensure_reader(struct stdio *io)
@@ -113,7 +117,10 @@ static void reader(struct stdio *io)
       pthread_cond_broadcast(&io->cond);
       pthread_mutex_unlock(&io->lock);
       pthread_mutex_unlock(&io->read_lock);
-      mcp_cancel_all(io->s); /* the main thread may be the one running a call */
+      /* the calls already read are still answered; meanwhile, whoever saw the end of input
+       * watches for the client going away (the main thread may be the one running a call) */
+      drain(io, false, false);
+      pthread_mutex_unlock(&io->lock);
       break;
     }
     pthread_mutex_unlock(&io->read_lock);
@@ -148,14 +155,23 @@ static void *reader_thread(void *arg)
   return NULL;
 }
 
-/* Cancels what still runs (its commands are killed) until every reader is done with its
- * message; returns with io->lock held. */
-static void drain(struct stdio *io, bool all_threads)
+/* The client is gone: nobody reads stdout any more (a pipe's reader closed it). */
+static bool client_gone(void)
+{
+  struct pollfd p = {.fd = STDOUT_FILENO, .events = 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* Waits until every reader is done with its message; returns with io->lock held. With cancel
+ * (a signal), what still runs is cancelled (its commands are killed); at the end of input the
+ * calls read before it run to their answers, unless the client is gone. */
+static void drain(struct stdio *io, bool all_threads, bool cancel)
 {
   pthread_mutex_lock(&io->lock);
   while (io->busy > 0 || (all_threads && io->threads > 0)) {
     pthread_mutex_unlock(&io->lock);
-    mcp_cancel_all(io->s);
+    if (cancel || client_gone())
+      mcp_cancel_all(io->s);
     pthread_mutex_lock(&io->lock);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -186,7 +202,7 @@ static void *signal_thread(void *arg)
   pthread_mutex_lock(&io->lock);
   io->eof = true; /* no new message is started */
   pthread_mutex_unlock(&io->lock);
-  drain(io, false);
+  drain(io, false, true);
   pthread_mutex_unlock(&io->lock);
   mcp_session_free(io->s);
   fflush(stdout);
@@ -218,14 +234,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
   /* a bad scope is a usage error now, not a failure at the first tool call */
-  char id[17];
-  sbx_error_t err = NULL;
-  if (sbx_scope_to_id(scope.user ? scope.user : "default", scope.thread ? scope.thread : "x", id,
-                      &err) < 0) {
-    r = cli_usage_error(c, "%s", err->msg);
-    sbx_error_release(&err);
+  if ((r = cli_scope_names_check(c, scope.user, scope.thread)) != 0)
     return r;
-  }
+  sbx_error_t err = NULL;
   if ((r = cli_open(c)) != 0)
     return r;
   /* an image that is not there is a usage error now, not a failure at the first tool call */
@@ -257,7 +268,10 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
                           .release = host_release,
                           .ctx = c,
                           .home = c->home,
-                          .image = c->cfg->image};
+                          .image = c->cfg->image,
+                          .bash_output_max_chars = c->cfg->bash_output_max_chars,
+                          .read_file_output_max_chars = c->cfg->read_file_output_max_chars,
+                          .ls_output_max_chars = c->cfg->ls_output_max_chars};
   static struct stdio io; /* signal_thread may still use it as the process exits */
   io.c = c;
   pthread_mutex_init(&io.out_lock, NULL);
@@ -270,9 +284,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
     pthread_detach(sig);
 
   reader(&io);
-  /* end of input: what still runs is cancelled (its commands killed), then the sandbox parked */
+  /* end of input: every request read before it is answered, then the sandbox parked */
   pthread_mutex_lock(&shutdown_lock);
-  drain(&io, true);
+  drain(&io, true, false);
   pthread_mutex_unlock(&io.lock);
   mcp_session_free(io.s);
   if (configured_image) {

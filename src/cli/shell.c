@@ -14,7 +14,8 @@ static const char usage[] =
     "fed from our stdin (as `sbx exec -i`). Exit status: the shell's. Exiting the shell (exit,\n"
     "^D) ends it; processes it started in the background with nohup or setsid keep running.\n"
     "\n"
-    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$), required\n"
+    "  -t, --thread THREAD   scope thread id (^[A-Za-z0-9_-]{1,64}$, not\n"
+    "                        starting with -), required\n"
     "  -u, --user USER       scope user id (default \"default\")\n"
     "  -e, --env KEY=VALUE   set a variable for the shell (repeatable)\n";
 

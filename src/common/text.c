@@ -268,7 +268,7 @@ char *sbx__exec_stream_text(const char *data, size_t len, uint64_t total, size_t
   return sbx__buf_steal(&b);
 }
 
-char *sbx__exec_render(const sbx_exec_output_t *o)
+char *sbx__exec_render(const sbx_exec_output_t *o, size_t *outlen)
 {
   sbx_buf_t b = {0};
   size_t ol = 0, el = 0;
@@ -291,5 +291,76 @@ char *sbx__exec_render(const sbx_exec_output_t *o)
   }
   if (b.len == 0)
     sbx__buf_puts(&b, "(no output)");
+  if (outlen)
+    *outlen = b.len;
+  return sbx__buf_steal(&b);
+}
+
+/* Byte offset of the k-th code point of valid UTF-8 text (len if there are fewer). */
+static size_t cp_offset(const char *s, size_t len, size_t k)
+{
+  size_t i = 0;
+  for (size_t seen = 0; i < len; i++)
+    if (((unsigned char) s[i] & 0xC0) != 0x80 && seen++ == k)
+      break;
+  return i;
+}
+
+static size_t cp_count(const char *s, size_t len)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++)
+    n += ((unsigned char) s[i] & 0xC0) != 0x80;
+  return n;
+}
+
+char *sbx__truncate_middle(const char *s, size_t len, int64_t max, size_t *outlen)
+{
+  size_t n;
+  char *clean = sbx__utf8_sanitize(s, len, &n);
+  size_t total = cp_count(clean, n);
+  if (max <= 0 || total <= (uint64_t) max) {
+    *outlen = n;
+    return clean;
+  }
+  cleanup_free char *probe =
+      xasprintf("\n... [middle truncated: %zu chars skipped] ...\n", total); /* worst case */
+  size_t m = (size_t) max, mlen = strlen(probe);
+  size_t kept = m > mlen ? m - mlen : 0;
+  sbx_buf_t b = {0};
+  if (kept == 0) {
+    sbx__buf_append(&b, clean, cp_offset(clean, n, m));
+  } else {
+    size_t head = kept / 2, tail = kept - head;
+    sbx__buf_append(&b, clean, cp_offset(clean, n, head));
+    sbx__buf_printf(&b, "\n... [middle truncated: %zu chars skipped] ...\n", total - kept);
+    size_t from = cp_offset(clean, n, total - tail);
+    sbx__buf_append(&b, clean + from, n - from);
+  }
+  free(clean);
+  *outlen = b.len;
+  return sbx__buf_steal(&b);
+}
+
+char *sbx__truncate_head(const char *s, size_t len, int64_t max, const char *hint, size_t *outlen)
+{
+  size_t n;
+  char *clean = sbx__utf8_sanitize(s, len, &n);
+  size_t total = cp_count(clean, n);
+  if (max <= 0 || total <= (uint64_t) max) {
+    *outlen = n;
+    return clean;
+  }
+  cleanup_free char *probe = xasprintf("\n... [truncated: showing first %zu of %zu chars. %s] ...",
+                                       total, total, hint); /* worst case */
+  size_t m = (size_t) max, mlen = strlen(probe);
+  size_t kept = m > mlen ? m - mlen : 0;
+  sbx_buf_t b = {0};
+  sbx__buf_append(&b, clean, cp_offset(clean, n, kept ? kept : m));
+  if (kept)
+    sbx__buf_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept, total,
+                    hint);
+  free(clean);
+  *outlen = b.len;
   return sbx__buf_steal(&b);
 }

@@ -73,7 +73,18 @@ typedef struct {
 char *sbx__exec_stream_text(const char *data, size_t len, uint64_t total, size_t *outlen);
 /* stdout; then stderr (after "\nStd Error:\n" when stdout is non-empty); then on timeout
  * "Error: command timed out" and "Exit Code: 124" lines, otherwise on a non-zero exit
- * "Exit Code: N"; "(no output)" if empty. Invalid UTF-8 is replaced. */
-char *sbx__exec_render(const sbx_exec_output_t *o);
+ * "Exit Code: N"; "(no output)" if empty. Invalid UTF-8 is replaced (U+FFFD); a NUL byte of
+ * the output stays (as DeerFlow's providers keep it), so *outlen is the text's length. */
+char *sbx__exec_render(const sbx_exec_output_t *o, size_t *outlen);
+
+/* DeerFlow's tool-layer caps (deerflow/sandbox/tools.py: _truncate_bash_output,
+ * _truncate_read_file_output, _truncate_ls_output), on the text a model reads. Characters are
+ * code points once invalid UTF-8 is replaced (Python's len of the decoded text); the result,
+ * marker included, has at most max of them; max <= 0 leaves the text whole. A copy of s
+ * (sanitized), NUL-terminated, its length in *outlen. Middle: the head and tail halves and
+ * "\n... [middle truncated: N chars skipped] ...\n". Head: the first characters and
+ * "\n... [truncated: showing first K of N chars. HINT] ...". */
+char *sbx__truncate_middle(const char *s, size_t len, int64_t max, size_t *outlen);
+char *sbx__truncate_head(const char *s, size_t len, int64_t max, const char *hint, size_t *outlen);
 
 #endif

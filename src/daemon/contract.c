@@ -73,7 +73,7 @@ static enum MHD_Result op_execute(struct req *r, struct box *b, json_t *body)
   if (rc < 0)
     return sbxd_lib_error(r, &err);
   json_t *j = json_object();
-  json_object_set_new(j, "output", sbxd_jstr(res.output, strlen(res.output)));
+  json_object_set_new(j, "output", sbxd_jstr(res.output, res.output_len));
   json_object_set_new(j, "exit_code", json_integer(res.exit_code));
   json_object_set_new(j, "timed_out", json_boolean(res.timed_out));
   json_object_set_new(j, "stdout", sbxd_jstr(res.out, res.out_len));

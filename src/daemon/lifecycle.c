@@ -57,6 +57,41 @@ static const struct sbx_sandbox_info *live_find(const struct live *l, const char
   return NULL;
 }
 
+/* Whether b's entrypoint ended with a failure (a non-zero exit, a signal). Its end is looked up
+ * until it is known, then kept in extra (entrypointExitCode) and logged once: an entrypoint that
+ * cannot start (not found, not executable) or dies makes the sandbox Failed, as a container
+ * whose process exited, instead of a Running sandbox that says nothing. Never on a paused
+ * sandbox (its init is frozen). */
+static bool entrypoint_failed(struct box *b)
+{
+  pthread_mutex_lock(&b->lock);
+  json_t *known = json_object_get(b->extra, "entrypointExitCode");
+  const char *ep = json_string_value(json_object_get(b->extra, "entrypointId"));
+  cleanup_free char *ep_id = ep && *ep && !known && !b->paused ? xstrdup(ep) : NULL;
+  bool failed = json_is_integer(known) && json_integer_value(known) != 0;
+  pthread_mutex_unlock(&b->lock);
+  if (ep_id == NULL || b->sb == NULL)
+    return failed;
+  struct sbx_command_status st;
+  sbx_error_t err = NULL;
+  if (sbx_command_status(b->sb, ep_id, &st, &err) < 0) {
+    sbx_error_release(&err);
+    return false;
+  }
+  if (st.running)
+    return false;
+  pthread_mutex_lock(&b->lock);
+  bool first = json_object_get(b->extra, "entrypointExitCode") == NULL;
+  json_object_set_new(b->extra, "entrypointExitCode", json_integer(st.exit_code));
+  pthread_mutex_unlock(&b->lock);
+  if (first)
+    sbxd_log_json(st.exit_code ? SBXD_WARN : SBXD_INFO,
+                  st.exit_code ? "sandbox entrypoint failed" : "sandbox entrypoint exited",
+                  json_pack("{s:s,s:s,s:i}", "sandbox_id", b->id, "entrypoint_id", ep_id,
+                            "exit_code", st.exit_code));
+  return st.exit_code != 0;
+}
+
 /* The OpenSandbox state of b, or NULL if its sandbox no longer exists (b is then removed). */
 static const char *box_state(struct box *b, const struct live *l)
 {
@@ -70,6 +105,8 @@ static const char *box_state(struct box *b, const struct live *l)
   pthread_mutex_lock(&b->lock);
   bool paused = b->paused;
   pthread_mutex_unlock(&b->lock);
+  if (!paused && entrypoint_failed(b))
+    return "Failed";
   return paused ? "Paused" : "Running";
 }
 
@@ -113,6 +150,19 @@ static json_t *sandbox_json(struct box *b, const char *state, bool for_create)
   } else if (strcmp(state, "Failed") == 0) {
     reason = "SANDBOX_EXITED";
     message = "The sandbox's init process is gone; delete the sandbox.";
+  }
+  cleanup_free char *ep_msg = NULL;
+  json_t *code = json_object_get(b->extra, "entrypointExitCode");
+  if (strcmp(state, "Failed") == 0 && json_is_integer(code) && json_integer_value(code) != 0) {
+    int c = (int) json_integer_value(code);
+    reason = "ENTRYPOINT_FAILED";
+    ep_msg = c < 0 ? xasprintf("The sandbox's entrypoint was killed by signal %d; its output: "
+                               "GET /command/%s/logs on the sandbox's execd endpoint.",
+                               -c, json_string_value(json_object_get(b->extra, "entrypointId")))
+                   : xasprintf("The sandbox's entrypoint exited with code %d; its output: GET "
+                               "/command/%s/logs on the sandbox's execd endpoint.",
+                               c, json_string_value(json_object_get(b->extra, "entrypointId")));
+    message = ep_msg;
   }
   int64_t trans = json_is_integer(json_object_get(b->extra, "stateChangedAt"))
                       ? (int64_t) json_integer_value(json_object_get(b->extra, "stateChangedAt"))

@@ -7,11 +7,14 @@
 #include "spares.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -24,8 +27,9 @@ static void usage(FILE *f)
         "Logs are JSON lines on stderr.\n"
         "\n"
         "Options:\n"
-        "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080);\n"
-        "                      port 0 picks a free port (the 'listening' log line has it)\n"
+        "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080; ADDR\n"
+        "                      an IP address or localhost, which is 127.0.0.1); port 0 picks\n"
+        "                      a free port (the 'listening' log line has it)\n"
         "  --home DIR          state directory (default $SBX_HOME, else .sbx as root,\n"
         "                      $XDG_STATE_HOME/sbx as a user)\n"
         "  --config FILE       configuration (default $SBX_HOME/config.yaml if present)\n"
@@ -34,6 +38,10 @@ static void usage(FILE *f)
         "                      only listens on a loopback address\n"
         "  --help              this help\n"
         "  --version           print the version\n"
+        "\n"
+        "One sbxd serves a home: a second on the same home is refused (HOME/sbxd.pid holds the\n"
+        "first's pid, under a lock). Exit status: 0 after SIGINT/SIGTERM, 1 when it cannot start,\n"
+        "2 for a usage error (an option, the configuration, the listen address).\n"
         "\n"
         "Environment (the provisioner API, as DeerFlow's docker/provisioner/app.py):\n"
         "  PROVISIONER_API_KEY      the X-API-Key of /api/ (unset: every /api/ request is 401)\n"
@@ -136,6 +144,13 @@ static int configure(struct options *o)
   if (key == NULL || *key == '\0')
     key = getenv("OPEN_SANDBOX_API_KEY");
   srv.api_key = key && *key ? xstrdup(key) : NULL;
+  if (!sbxd_listen_valid(srv.listen)) {
+    sbxd_log(SBXD_ERROR,
+             "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT, HOST an IP "
+             "address or localhost, PORT 0-65535)",
+             srv.listen);
+    return 2;
+  }
   if (srv.api_key == NULL && !sbxd_listen_is_loopback(srv.listen)) {
     sbxd_log(SBXD_ERROR,
              "refusing to listen on %s without an API key: pass --api-key, set "
@@ -144,6 +159,39 @@ static int configure(struct options *o)
     return 2;
   }
   return -1;
+}
+
+/* One sbxd a home: two would each keep a table of the home's sandboxes and disagree (one
+ * expiring or deleting what the other serves). A POSIX record lock on HOME/sbxd.pid, held for
+ * the process's life: the kernel drops it when sbxd dies however it dies (kill -9 too), and,
+ * unlike flock, a child that outlives sbxd does not inherit it. The file holds the pid. */
+static int lock_home(const char *home)
+{
+  cleanup_free char *path = xasprintf("%s/sbxd.pid", home);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    sbxd_log(SBXD_ERROR, "cannot open `%s`: %s", path, strerror(errno));
+    return -1;
+  }
+  struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(fd, F_SETLK, &l) < 0) {
+    int e = errno;
+    struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if ((e == EAGAIN || e == EACCES) && fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK)
+      sbxd_log(SBXD_ERROR,
+               "another sbxd (pid %ld) serves the home `%s`; stop it first, or give this one "
+               "another --home",
+               (long) who.l_pid, home);
+    else
+      sbxd_log(SBXD_ERROR, "cannot lock `%s`: %s", path, strerror(e));
+    close(fd);
+    return -1;
+  }
+  char pid[24];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long) getpid());
+  if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t) n, 0) != n)
+    sbxd_log(SBXD_WARN, "cannot write `%s`: %s", path, strerror(errno));
+  return fd; /* kept open (and so locked) until the process ends */
 }
 
 /* The providers, the box table, the listener and the spares thread; the exit status on
@@ -160,6 +208,8 @@ static int start(const char *home)
     return 1;
   }
   srv.home = xstrdup(sbx_provider_home(srv.p));
+  if (lock_home(srv.home) < 0)
+    return 1;
   srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   if (sbxd_registry_start() < 0)
     return 1;

@@ -269,7 +269,10 @@ static enum MHD_Result initialize(struct req *r, struct mcp_msg *m)
                           .release = host_release,
                           .ctx = h,
                           .home = sbx_provider_home(srv.p),
-                          .image = srv.cfg->image};
+                          .image = srv.cfg->image,
+                          .bash_output_max_chars = srv.cfg->bash_output_max_chars,
+                          .read_file_output_max_chars = srv.cfg->read_file_output_max_chars,
+                          .ls_output_max_chars = srv.cfg->ls_output_max_chars};
   h->ms = mcp_session_new(&host, user, thread);
   h->refs = 1;
   h->used_ms = sbx__now_ms();

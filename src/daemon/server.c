@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -342,7 +343,8 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   sbxd_log_json(SBXD_DEBUG, msg, json_pack("{s:s}", "source", "microhttpd"));
 }
 
-/* Parses "host:port" / "[v6]:port" into a socket address. */
+/* Parses "host:port" / "[v6]:port" into a socket address; host `localhost` is 127.0.0.1 (the
+ * name, not a lookup: what it stands for must not depend on /etc/hosts or DNS). */
 static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
 {
   cleanup_free char *copy = xstrdup(s);
@@ -368,6 +370,8 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *) ss;
   if (*host == '\0')
     host = (char *) "0.0.0.0";
+  if (strcasecmp(host, "localhost") == 0)
+    host = (char *) "127.0.0.1";
   if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
     a4->sin_family = AF_INET;
     a4->sin_port = htons((uint16_t) pn);
@@ -381,6 +385,13 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, bool *v6)
     return 0;
   }
   return -1;
+}
+
+bool sbxd_listen_valid(const char *listen)
+{
+  struct sockaddr_storage ss;
+  bool v6;
+  return parse_listen(listen, &ss, &v6) == 0;
 }
 
 bool sbxd_listen_is_loopback(const char *listen)
@@ -425,7 +436,9 @@ int sbxd_server_start(void)
     return -1;
   }
   if (parse_listen(srv.listen, &ss, &v6) < 0) {
-    sbxd_log(SBXD_ERROR, "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT)",
+    sbxd_log(SBXD_ERROR,
+             "invalid listen address '%s' (expected HOST:PORT or [V6]:PORT, HOST an IP "
+             "address or localhost)",
              srv.listen);
     return -1;
   }

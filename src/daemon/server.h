@@ -11,5 +11,7 @@ int sbxd_server_start(void);
 void sbxd_server_stop(void);
 /* The connections being served now (0 when not listening). */
 unsigned sbxd_server_connections(void);
+/* listen is HOST:PORT or [V6]:PORT, HOST an address or `localhost` (127.0.0.1) */
+bool sbxd_listen_valid(const char *listen);
 
 #endif

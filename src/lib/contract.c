@@ -47,13 +47,14 @@ static void render(struct sbx_exec_result *res, const struct sbx_exec_opts *o)
 {
   if (o && o->background) {
     res->output = xstrdup("(no output)");
+    res->output_len = strlen(res->output);
     return;
   }
   if (o && o->discard_output) /* nothing kept: the text still reports exit and timeout */
     res->out_total = res->err_total = 0;
   sbx_exec_output_t eo = {res->out,     res->out_len,   res->out_total, res->err,
                           res->err_len, res->err_total, res->exit_code, res->timed_out};
-  res->output = sbx__exec_render(&eo);
+  res->output = sbx__exec_render(&eo, &res->output_len);
 }
 
 int sbx_execute_command(sbx_sandbox_t *sb, const char *command, const struct sbx_exec_opts *opts,

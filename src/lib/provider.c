@@ -18,9 +18,11 @@
 #include "registry.h"
 #include "text.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define LOCK_POOL "pool"
 
@@ -301,6 +303,19 @@ static void meta_forget_backend(struct sbx_meta *m)
   m->cgroups = m->remote_id = m->backend_json = NULL;
 }
 
+/* After a failed create: the thread folder it made, if nothing was put in it (rmdir removes only
+ * empty folders, so no file is ever lost), so a failed pull leaves no empty thread behind. */
+static void forget_empty_thread_dir(const char *dir)
+{
+  static const char *const subs[] = {"/user-data/workspace", "/user-data/uploads",
+                                     "/user-data/outputs", "/user-data", ""};
+  for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+    cleanup_free char *d = xasprintf("%s%s", dir, subs[i]);
+    if (rmdir(d) < 0 && errno != ENOENT)
+      return;
+  }
+}
+
 /* Creates id (a scope's when thread is set, a throw-away or managed one otherwise). Caller holds
  * locks/<id>. The replica cap is decided under locks/pool, which is held only until the new
  * sandbox is registered (its folder and lease exist, so the next creator counts it): launches
@@ -334,6 +349,13 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   struct sbx_sandbox_s *sb = sbx__handle_new(&p->pool, id, user, thread, o);
   struct sbx_instance *in = &sb->in;
   in->provider = p;
+  /* the thread folder this create makes (none yet), to take back if it fails */
+  cleanup_free char *new_thread_dir = NULL;
+  if (!(o && o->user_data) && in->meta.thread) {
+    new_thread_dir = xasprintf("%s/users/%s/threads/%s", in->home, in->meta.user, in->meta.thread);
+    if (access(new_thread_dir, F_OK) == 0)
+      free(steal_pointer(&new_thread_dir));
+  }
   bool adopted = false;
   if (p->spares && p->pool.cfg->spares > 0 && p->pool.ops->adopt) {
     cleanup_free char *key = sbx__spare_key(&p->pool, o);
@@ -363,6 +385,8 @@ static struct sbx_sandbox_s *create(struct sbx_provider_s *p, const char *id, co
   return sb;
 fail:
   sbx__instance_create_failed(sb, err);
+  if (new_thread_dir)
+    forget_empty_thread_dir(new_thread_dir);
   if (pool >= 0)
     close(pool);
   return NULL;

@@ -62,6 +62,9 @@ struct mcp_host {
    * creates is made from (both must outlive the session; NULL: the tool fails) */
   const char *home;
   const char *image;
+  /* DeerFlow's tool-layer caps (sandbox.*_output_max_chars) on the text execute_command,
+   * read_file and list_dir return; 0 = no truncation */
+  int64_t bash_output_max_chars, read_file_output_max_chars, ls_output_max_chars;
 };
 
 /* Delivers one message (JSON text) to the client. Called from any thread; must be safe. */

@@ -23,7 +23,6 @@
 
 #define OUTPUTS_DIR "/mnt/user-data/outputs"
 #define MCP_DOWNLOAD_MAX (10u << 20) /* bytes of a file sent inline (base64 in one message) */
-#define READ_MAX_CHARS 50000         /* DeerFlow's read_file cap */
 #define PROGRESS_INTERVAL_MS 1000
 
 struct call {
@@ -167,12 +166,17 @@ static json_t *jtext(const char *s, size_t len)
   return json_stringn(clean, n);
 }
 
-static json_t *text_result(const char *text, bool is_error)
+/* text may hold NUL bytes (a command's output): all len bytes are sent (JSON \u0000) */
+static json_t *text_resultn(const char *text, size_t len, bool is_error)
 {
   json_t *content = json_array();
-  json_array_append_new(content,
-                        json_pack("{s:s,s:o}", "type", "text", "text", jtext(text, strlen(text))));
+  json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", jtext(text, len)));
   return json_pack("{s:o,s:b}", "content", content, "isError", is_error);
+}
+
+static json_t *text_result(const char *text, bool is_error)
+{
+  return text_resultn(text, strlen(text), is_error);
 }
 
 static json_t *fail_result(sbx_error_t *err)
@@ -495,40 +499,15 @@ static json_t *tool_execute(struct ctx *c, json_t *args)
   pthread_mutex_unlock(&c->s->lock);
   if (rc < 0)
     return fail_result(&err);
-  json_t *res = text_result(r.output, r.exit_code != 0 || r.timed_out);
+  size_t n;
+  cleanup_free char *shown =
+      sbx__truncate_middle(r.output, r.output_len, c->s->host.bash_output_max_chars, &n);
+  json_t *res = text_resultn(shown, n, r.exit_code != 0 || r.timed_out);
   json_object_set_new(res, "structuredContent",
                       json_pack("{s:i,s:b,s:I}", "exit_code", r.exit_code, "timed_out", r.timed_out,
                                 "duration_ms", (json_int_t) r.duration_ms));
   sbx_exec_result_free(&r);
   return res;
-}
-
-/* DeerFlow's head truncation: the first chars (code points) of text and a marker saying how
- * many of how many were kept. */
-static char *truncate_chars(const char *text, size_t len, size_t max, const char *hint)
-{
-  size_t total = 0;
-  for (size_t i = 0; i < len; i++)
-    total += ((unsigned char) text[i] & 0xC0) != 0x80;
-  if (total <= max)
-    return xstrndup(text, len);
-  cleanup_free char *probe =
-      xasprintf("\n... [truncated: showing first %zu of %zu chars. %s] ...", total, total, hint);
-  size_t mlen = strlen(probe);
-  size_t kept = max > mlen ? max - mlen : 0;
-  if (kept == 0)
-    kept = max;
-  size_t bytes = 0;
-  for (size_t seen = 0; bytes < len; bytes++) {
-    if (((unsigned char) text[bytes] & 0xC0) != 0x80 && seen++ == kept)
-      break;
-  }
-  sbx_buf_t b = {0};
-  sbx__buf_append(&b, text, bytes);
-  if (kept != max)
-    sbx__buf_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept, total,
-                    hint);
-  return sbx__buf_steal(&b);
 }
 
 static const struct arg_spec read_args[] = {
@@ -550,9 +529,11 @@ static json_t *tool_read(struct ctx *c, json_t *args)
     return text_result(start != SBX_LINE_NONE && start > 1 ? "(start_line exceeds file length)"
                                                            : "(empty)",
                        false);
+  size_t n;
   cleanup_free char *out =
-      truncate_chars(text, len, READ_MAX_CHARS, "Use start_line/end_line to read a specific range");
-  return text_result(out, false);
+      sbx__truncate_head(text, len, c->s->host.read_file_output_max_chars,
+                         "Use start_line/end_line to read a specific range", &n);
+  return text_resultn(out, n, false);
 }
 
 static const struct arg_spec write_args[] = {
@@ -650,8 +631,16 @@ static json_t *tool_list(struct ctx *c, json_t *args)
     sbx__buf_puts(&b, v[i]);
   }
   sbx_strv_free_array(v, n);
+  if (n == 0) {
+    sbx__buf_free(&b);
+    return text_result("(empty)", false);
+  }
+  size_t len = b.len, shown_len;
   cleanup_free char *text = sbx__buf_steal(&b);
-  return text_result(n ? text : "(empty)", false);
+  cleanup_free char *shown =
+      sbx__truncate_head(text, len, c->s->host.ls_output_max_chars,
+                         "Use a more specific path to see fewer results", &shown_len);
+  return text_resultn(shown, shown_len, false);
 }
 
 /* max_results: <= 0 or absent is the default; at most upper (DeerFlow's tool layer) */

@@ -1,6 +1,7 @@
 """`sbx attach` on a real terminal (tmux) to a PTY session of a real sbxd: keys and output, the
 terminal's size, docker's detach keys (^P ^Q) leaving the session running, reattaching with
 --since, ^P followed by another key passing through, and the command's exit status."""
+import os
 import re
 import shlex
 import shutil
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import SBX
+from conftest import SBX, SOURCE
 from test_interactive import Tmux, tmux  # noqa: F401 (a fixture)
 from test_sbxd_http import KEY, sbxd  # noqa: F401 (a fixture)
 
@@ -85,3 +86,38 @@ def test_attach_errors(sbxd, tmp_path):  # noqa: F811
     p = subprocess.run(base + [sb.id, sid], capture_output=True, text=True, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})
     assert p.returncode == 1 and "401" in p.stderr, p.stderr  # no key, no token
+
+
+def readme_pty_block():
+    """The README's PTY example: the sh block that runs `sbx attach`."""
+    with open(os.path.join(SOURCE, "README.md")) as f:
+        blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
+    return next(b for b in blocks if "sbx attach $ID $SESSION" in b)
+
+
+def test_readme_pty_example_against_a_keyless_server(sbxd, tmp_path):  # noqa: F811
+    """The README's commands against the README's server (make run: no key, on loopback)."""
+    s = sbxd(api_key=None)
+    block = readme_pty_block().replace("http://127.0.0.1:8080", "http://%s:%d" % (s.host, s.port))
+    setup = block[:block.index("sbx attach")]
+    p = subprocess.run(["bash", "-euc", setup + 'echo "$ID $SESSION"'], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    box, sid = p.stdout.split()
+    try:
+        # the positive control: the session's route wants the token (a keyless server too)
+        c = s.conn()
+        c.request("GET", "/direct/%s/44772/pty/%s/ws" % (box, sid),
+                  headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                           "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        assert c.getresponse().status == 401
+        c.close()
+        # `sbx attach $ID $SESSION` as the README has it (our port instead of 8080)
+        argv = [SBX, "--home", str(tmp_path / "cli-home"), "attach", "--server",
+                "%s:%d" % (s.host, s.port), box, sid]
+        p = subprocess.run(argv, input="echo hi-$((6*7)); exit 3\n", capture_output=True,
+                           text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        assert p.returncode == 3, p.stderr
+        assert "hi-42" in p.stdout
+    finally:
+        assert s.req("DELETE", "/v1/sandboxes/" + box, key=None).status == 204

@@ -152,7 +152,7 @@ def test_run_is_throwaway(sbx):
 def test_usage_errors(sbx):
     assert sbx.run("exec", "--", "true").returncode == 2  # no thread
     assert sbx.run("exec", "-t", "t1").returncode == 2  # no command
-    assert sbx.run("exec", "-t", "bad/thread", "--", "true").returncode == 1
+    assert sbx.run("exec", "-t", "bad/thread", "--", "true").returncode == 2  # a bad scope is a usage error
     assert sbx.run("exec", "-t", "t1", "--timeout", "-1", "--", "true").returncode == 2
     assert sbx.run("nosuchverb").returncode == 2
     for verb in ["exec", "run", "read", "write", "upload", "download", "ls", "glob", "grep",

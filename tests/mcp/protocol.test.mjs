@@ -60,7 +60,8 @@ function rawStdio(home, args = []) {
               resolve(m);
             });
           }),
-    async close() {
+    async close(stdoutToo = false) {
+      if (stdoutToo) child.stdout.destroy(); // the client is gone: nobody reads the answers
       child.stdin.end();
       const r = await exited;
       return { ...r, stderr };
@@ -132,7 +133,7 @@ function psState(home, thread) {
   return list.find((x) => x.thread === thread)?.state;
 }
 
-for (const how of ["end of input", "SIGTERM"]) {
+for (const how of ["SIGTERM", "end of input with stdout closed"]) {
   test(`stdio: ${how} kills what runs and parks the sandbox warm`, async () => {
     const home = tempHome();
     try {
@@ -143,7 +144,7 @@ for (const how of ["end of input", "SIGTERM"]) {
       await new Promise((r) => setTimeout(r, 1500));
       assert.equal(psState(home, "park"), "active"); // positive control
       const t0 = Date.now();
-      const { code, signal, stderr } = how === "SIGTERM" ? await s.kill("SIGTERM") : await s.close();
+      const { code, signal, stderr } = how === "SIGTERM" ? await s.kill("SIGTERM") : await s.close(true);
       assert.equal(signal, null, stderr);
       assert.equal(code, 0, stderr);
       assert.ok(Date.now() - t0 < 15000);
@@ -161,6 +162,26 @@ for (const how of ["end of input", "SIGTERM"]) {
     }
   });
 }
+
+test("stdio: end of input answers what was read before it, then parks the sandbox", async () => {
+  const home = tempHome();
+  try {
+    const s = rawStdio(home, ["-t", "park"]);
+    s.send(JSON.stringify(INIT));
+    await s.next();
+    s.send('{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"execute_command","arguments":{"command":"sleep 2; echo done"}}}');
+    const closed = s.close();
+    const m = await s.next();
+    assert.equal(m.id, "a");
+    assert.equal(m.result.content[0].text, "done\n");
+    const { code, signal, stderr } = await closed;
+    assert.equal(signal, null, stderr);
+    assert.equal(code, 0, stderr);
+    assert.equal(psState(home, "park"), "warm");
+  } finally {
+    cleanHome(home);
+  }
+});
 
 test("stdio: a bad scope is a usage error", async () => {
   const home = tempHome();

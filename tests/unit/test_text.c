@@ -139,7 +139,10 @@ static char *render(const char *out, const char *errs, int code, bool timed_out)
 {
   sbx_exec_output_t o = {out,          strlen(out),  strlen(out), errs,
                          strlen(errs), strlen(errs), code,        timed_out};
-  return sbx__exec_render(&o);
+  size_t n;
+  char *r = sbx__exec_render(&o, &n);
+  assert_int_equal(n, strlen(r));
+  return r;
 }
 
 static void test_render(void **state)
@@ -179,9 +182,78 @@ static void test_truncation_marker(void **state)
 {
   (void) state;
   sbx_exec_output_t o = {"abc", 3, 10, "", 0, 0, 0, false};
-  char *r = sbx__exec_render(&o);
+  char *r = sbx__exec_render(&o, NULL);
   assert_string_equal(
       r, "abc\n... [output truncated after 3 of 10 bytes; remaining output discarded] ...");
+  free(r);
+}
+
+/* A NUL byte of the output stays in the rendered text (and its length counts all of it), as in
+ * DeerFlow's providers (bytes.decode("utf-8", errors="replace")); invalid UTF-8 is U+FFFD. */
+static void test_render_nul_and_invalid(void **state)
+{
+  (void) state;
+  static const char out[] = "abc\0def\xff\xfeghi\ntail\n", errs[] = "e\0r";
+  sbx_exec_output_t o = {out, sizeof out - 1, sizeof out - 1, errs, 3, 3, 1, false};
+  size_t n;
+  char *r = sbx__exec_render(&o, &n);
+  static const char want[] =
+      "abc\0def\xef\xbf\xbd\xef\xbf\xbdghi\ntail\n\nStd Error:\ne\0r\nExit Code: 1";
+  assert_int_equal(n, sizeof want - 1);
+  assert_memory_equal(r, want, n);
+  free(r);
+}
+
+/* The expected texts are what DeerFlow's _truncate_bash_output, _truncate_read_file_output and
+ * _truncate_ls_output (deerflow/sandbox/tools.py) return for the same input and cap. */
+static void test_deerflow_truncation(void **state)
+{
+  (void) state;
+  sbx_buf_t b = {0};
+  for (int i = 0; i < 10; i++)
+    sbx__buf_puts(&b, "h\xc3\xa9llo w\xc3\xb6rld "); /* 12 characters, 14 bytes */
+  size_t len = b.len, n;
+  static const struct {
+    int64_t max;
+    const char *want;
+  } mid[] = {
+      {60, "h\xc3\xa9llo \n... [middle truncated: 107 chars skipped] ...\n w\xc3\xb6rld "},
+      {80, "h\xc3\xa9llo w\xc3\xb6rld h\xc3\xa9ll\n... [middle truncated: 87 chars skipped] "
+           "...\n\xc3\xb6rld h\xc3\xa9llo w\xc3\xb6rld "},
+      {30, "h\xc3\xa9llo w\xc3\xb6rld h\xc3\xa9llo w\xc3\xb6rld h\xc3\xa9llo "},
+  };
+  for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++) {
+    char *r = sbx__truncate_middle(b.data, len, mid[i].max, &n);
+    assert_int_equal(n, strlen(mid[i].want));
+    assert_string_equal(r, mid[i].want);
+    free(r);
+  }
+  for (int64_t max = 0; max <= 120; max += 120) { /* 0 = none; 120 = exactly the length */
+    char *r = sbx__truncate_middle(b.data, len, max, &n);
+    assert_int_equal(n, len);
+    assert_memory_equal(r, b.data, len);
+    free(r);
+  }
+  sbx__buf_free(&b);
+  char t[201];
+  for (int i = 0; i < 200; i++)
+    t[i] = (char) ('a' + i % 10);
+  t[200] = '\0';
+  char *r = sbx__truncate_head(t, 200, 120, "Use start_line/end_line to read a specific range", &n);
+  assert_string_equal(r, "abcdefghijabcdefgh\n... [truncated: showing first 18 of 200 chars. Use "
+                         "start_line/end_line to read a specific range] ...");
+  free(r);
+  r = sbx__truncate_head(t, 200, 50, "Use start_line/end_line to read a specific range", &n);
+  assert_string_equal(r, "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij");
+  free(r);
+  r = sbx__truncate_head(t, 200, 110, "Use a more specific path to see fewer results", &n);
+  assert_string_equal(r, "abcdefghija\n... [truncated: showing first 11 of 200 chars. Use a more "
+                         "specific path to see fewer results] ...");
+  free(r);
+  /* a NUL is a character like any other, never an end */
+  r = sbx__truncate_middle("ab\0cd", 5, 0, &n);
+  assert_int_equal(n, 5);
+  assert_memory_equal(r, "ab\0cd", 5);
   free(r);
 }
 
@@ -226,10 +298,16 @@ static void test_base64(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_line_range),        cmocka_unit_test(test_utf8),
-      cmocka_unit_test(test_utf8_next),         cmocka_unit_test(test_shell_quote),
-      cmocka_unit_test(test_env_keys),          cmocka_unit_test(test_render),
-      cmocka_unit_test(test_truncation_marker), cmocka_unit_test(test_base64),
+      cmocka_unit_test(test_line_range),
+      cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_utf8_next),
+      cmocka_unit_test(test_shell_quote),
+      cmocka_unit_test(test_env_keys),
+      cmocka_unit_test(test_render),
+      cmocka_unit_test(test_truncation_marker),
+      cmocka_unit_test(test_base64),
+      cmocka_unit_test(test_render_nul_and_invalid),
+      cmocka_unit_test(test_deerflow_truncation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

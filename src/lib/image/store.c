@@ -383,14 +383,35 @@ static void keep_mounted(const char *home, json_t *layers)
   }
 }
 
-static uint64_t tree_size(int dirfd, const char *name)
+/* A file of a tree with more than one name: its blocks are freed only if every name goes. */
+struct linked {
+  dev_t dev;
+  ino_t ino;
+  nlink_t nlink;
+  uint64_t bytes;
+};
+
+struct links {
+  struct linked *v;
+  size_t n, cap;
+};
+
+static uint64_t tree_walk(int dirfd, const char *name, struct links *l)
 {
   struct stat st;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return 0;
   uint64_t n = (uint64_t) st.st_blocks * 512;
-  if (!S_ISDIR(st.st_mode))
-    return n;
+  if (!S_ISDIR(st.st_mode)) {
+    if (st.st_nlink <= 1)
+      return n;
+    if (l->n == l->cap) {
+      l->cap = l->cap ? 2 * l->cap : 64;
+      l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = (struct linked){st.st_dev, st.st_ino, st.st_nlink, n};
+    return 0;
+  }
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return n;
@@ -402,8 +423,35 @@ static uint64_t tree_size(int dirfd, const char *name)
   struct dirent *de;
   while ((de = readdir(d)))
     if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-      n += tree_size(fd, de->d_name);
+      n += tree_walk(fd, de->d_name, l);
   closedir(d);
+  return n;
+}
+
+static int linked_cmp(const void *a, const void *b)
+{
+  const struct linked *x = a, *y = b;
+  if (x->dev != y->dev)
+    return x->dev < y->dev ? -1 : 1;
+  return x->ino < y->ino ? -1 : x->ino > y->ino ? 1 : 0;
+}
+
+/* The bytes removing the tree frees: blocks counted once an inode (du's rule), and a file with
+ * names outside the tree not at all. Layers of one image share files by hard links, so counting
+ * a name's blocks made prune report many times the store's size. Called before the removal. */
+static uint64_t tree_size(int dirfd, const char *name)
+{
+  struct links l = {0};
+  uint64_t n = tree_walk(dirfd, name, &l);
+  if (l.n > 1)
+    qsort(l.v, l.n, sizeof *l.v, linked_cmp);
+  for (size_t i = 0, j; i < l.n; i = j) {
+    for (j = i + 1; j < l.n && linked_cmp(&l.v[i], &l.v[j]) == 0;)
+      j++;
+    if (j - i >= l.v[i].nlink) /* every name of it is in the tree */
+      n += l.v[i].bytes;
+  }
+  free(l.v);
   return n;
 }
 
