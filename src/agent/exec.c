@@ -1,7 +1,10 @@
 /* Running commands inside the sandbox.
  *
- * Each command runs as `sh -lc CMD` (or a given argv) in its own session and process group,
- * stdin /dev/null, in the requested working directory. Foreground commands stream stdout and
+ * Each command runs as `sh -lc CMD` (`sh -lc 'exec CMD'` for a simple command, execable()) or a
+ * given argv, in its own session and process group, stdin /dev/null, in the requested working
+ * directory. A foreground command whose client goes away (found on a read of its frames or a
+ * write of output) is killed with its group if the request had KILL_ON_DISCONNECT. Foreground
+ * commands stream stdout and
  * stderr back on the requesting connection, each capped (bytes past the cap are counted and
  * dropped), and end with an EXIT frame. On timeout the whole process group is killed and the
  * partial output kept. The call returns as soon as the shell itself exits: whatever is already
