@@ -128,3 +128,32 @@ def test_mcp_stdio_command_ends_with_the_server(sbx):
         proc.kill()
         proc.wait()
     wait_for(lambda: not sleeping(), 20, "the MCP call's sleep outlived sbx mcp")
+
+
+def test_mcp_stdio_command_ends_when_the_client_closes_its_end(sbx):
+    """The client closes the pipe it reads our answers from (and keeps stdin open): the call
+    running is cancelled, its command killed, and sbx mcp ends."""
+    proc = subprocess.Popen(sbx.cmd("mcp", "-t", "mc"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        def send(msg):
+            proc.stdin.write((json.dumps(msg) + "\n").encode())
+            proc.stdin.flush()
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}})
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "execute_command", "arguments": {"command": "sleep 1000"}}})
+
+        def sleeping():
+            return "sleep" in sbx.sh("mc", "ps -eo comm=")["stdout"].split()
+        wait_for(sleeping, 30, "sleep did not start")
+        proc.stdout.close()
+        wait_for(lambda: not sleeping(), 20, "the MCP call's sleep outlived its client")
+        assert proc.wait(timeout=slow(30)) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
