@@ -157,3 +157,31 @@ def test_mcp_stdio_command_ends_when_the_client_closes_its_end(sbx):
         proc.kill()
         proc.wait()
         proc.stdin.close()
+
+
+def test_aio_bash_exec_ends_with_its_client(tmp_path):
+    """AIO's /v1/bash/exec (DeerFlow's AioSandboxProvider) whose client drops: the command
+    ends; the shell session's /v1/shell/exec, whose commands outlive a request by design
+    (view, wait, kill), is not watched."""
+    import test_provisioner as tp
+    base = tmp_path / "deer-flow"
+    (base / "threads").mkdir(parents=True)
+    env = dict(os.environ, PROVISIONER_API_KEY=tp.PKEY, THREADS_HOST_PATH=str(base / "threads"),
+               DEER_FLOW_HOST_BASE_DIR=str(base))
+    server = tp.Server(tmp_path / "home", env)
+    try:
+        a = server.create("w1")
+
+        def comms():
+            return a.ok("POST", "/v1/bash/exec", {"command": "ps -eo comm="})["stdout"].split()
+        data = json.dumps({"command": "sleep 1000"}).encode()
+        sock = socket.create_connection((a.host, a.port), timeout=slow(60))
+        sock.sendall(b"POST %s/v1/bash/exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: %d\r\n\r\n%s" % (a.prefix.encode(), len(data), data))
+        wait_for(lambda: "sleep" in comms(), 20, "sleep did not start")
+        sock.close()
+        wait_for(lambda: "sleep" not in comms(), 20, "bash/exec's sleep outlived its client")
+    finally:
+        server.stop()
+        subprocess.run([SBX, "--home", str(tmp_path / "home"), "down"], capture_output=True,
+                       timeout=120)
