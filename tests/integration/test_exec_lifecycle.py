@@ -123,12 +123,14 @@ def test_sigterm_ends_a_terminal_session(sbx, tmp_path):
     try:
         sbx.ok("exec", "-t", "tterm", "--", "true")
         pidfile = tmp_path / "pid"
-        tmux.start("echo $$ > %s; exec %s" % (pidfile, sbx_cmd(sbx, "exec", "-t", "tterm", "-T",
-                                                                "--", "bash")))
+        tmux.start("echo $$ > %s; %s; echo SBX-EXITED:$?" % (
+            pidfile, sbx_cmd(sbx, "exec", "-t", "tterm", "-T", "--", "bash")))
         tmux.type("echo in-bash-$((6*7))")
         tmux.wait("in-bash-42", timeout=slow(30))
-        os.kill(int(pidfile.read_text()), signal.SIGTERM)
-        tmux.wait("Pane is dead (status 143", timeout=slow(30))
+        sh = int(pidfile.read_text())
+        with open("/proc/%d/task/%d/children" % (sh, sh)) as f:
+            os.kill(int(f.read().split()[0]), signal.SIGTERM)  # sbx, the shell's child
+        tmux.wait("SBX-EXITED:143", timeout=slow(30))
     finally:
         tmux.kill()
     gone(sbx, "tterm", "bash")
