@@ -597,7 +597,7 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   /* The client may be found gone anywhere: a failed read of its frames, or a failed write of
    * output (a client killed, or whose own reader went away, while the command prints); each
    * pass of the loop below kills the group once it is. */
-  bool kill_on_gone = r->flags & SBX_EXEC_KILL_ON_DISCONNECT, killed = false;
+  bool kill_on_gone = r->flags & SBX_EXEC_KILL_ON_DISCONNECT, gone_seen = false;
 
   struct stream so = {keep_out, SBX_MSG_STDOUT, r->out_cap, 0, 0};
   struct stream se = {keep_err, SBX_MSG_STDERR, r->err_cap, 0, 0};
@@ -607,9 +607,12 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   siginfo_t si = {0};
   cleanup_free char *buf = xmalloc(65536);
   while (!exited) {
-    if (client_gone && kill_on_gone && !killed) {
-      kill_group(pid, SIGKILL);
-      killed = true;
+    if (client_gone && !gone_seen) {
+      gone_seen = true;
+      if (kill_on_gone)
+        kill_group(pid, SIGKILL);
+      else if (in.own)
+        agent_input_eof(&in); /* nobody feeds the command any more */
     }
     /* while input is queued the client is not read: its writes wait (bounded memory) */
     bool queued = agent_input_pending(&in);
@@ -647,8 +650,6 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
       if (sbx__frame_recv(c->fd, &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0 ||
           !client_frame(&hdr, payload, pid, master, &in)) {
         client_gone = true;
-        if (!kill_on_gone && in.own)
-          agent_input_eof(&in); /* nobody feeds the command any more */
       }
     }
     if (fds[2].revents) {
