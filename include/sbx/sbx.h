@@ -121,11 +121,13 @@ struct sbx_exec_opts {
   const char *cwd;  /* default /mnt/user-data/workspace */
   uint64_t out_cap; /* bytes kept per stream; 0 = configured (10 MiB) */
   /* Called with output as it arrives (stream 1 = stdout, 2 = stderr); returning non-zero
-   * stops delivery (the command keeps running). */
+   * stops delivery: the command keeps running, unless kill_on_disconnect is set, in which
+   * case the call ends there (SBX_E_IO) and the command's process group is killed. */
   int (*on_output)(void *arg, int stream, const char *data, size_t len);
   void *arg;
   bool discard_output;     /* with on_output: keep nothing in the result */
-  bool kill_on_disconnect; /* if this process dies mid-command, kill the command */
+  bool kill_on_disconnect; /* if this process dies mid-command (or on_output refuses more
+                              output), kill the command's process group */
   bool background;         /* start and return at once (see sbx_command_status/logs) */
   const char *const *argv; /* run this argv directly instead of `sh -lc command` */
   char *id_out;            /* receives the command id (room for 65 bytes) */

@@ -1,7 +1,10 @@
 /* Running commands inside the sandbox.
  *
- * Each command runs as `sh -lc CMD` (or a given argv) in its own session and process group,
- * stdin /dev/null, in the requested working directory. Foreground commands stream stdout and
+ * Each command runs as `sh -lc CMD` (`sh -lc 'exec CMD'` for a simple command, execable()) or a
+ * given argv, in its own session and process group, stdin /dev/null, in the requested working
+ * directory. A foreground command whose client goes away (found on a read of its frames or a
+ * write of output) is killed with its group if the request had KILL_ON_DISCONNECT. Foreground
+ * commands stream stdout and
  * stderr back on the requesting connection, each capped (bytes past the cap are counted and
  * dropped), and end with an EXIT frame. On timeout the whole process group is killed and the
  * partial output kept. The call returns as soon as the shell itself exits: whatever is already
@@ -291,6 +294,73 @@ static char *resolve_exec(const char *name)
   return xstrdup(name);
 }
 
+/* Whether `sh -lc CMD` may be `sh -lc 'exec CMD'`: CMD is one simple command (no list,
+ * pipeline, redirection, subshell or compound command outside quotes) whose first word is a
+ * plain name of an executable file in PATH, not a shell builtin or keyword. The shell then adds
+ * nothing between the command and us: a ^C typed at a REPL reaches only the REPL, whose own exit
+ * status is the one reported (a waiting sh that got the SIGINT too would turn a later exit(0)
+ * into 130), and signals sent to the command's process reach it. */
+static bool execable(const char *cmd, const char *path_env)
+{
+  static const char *const shell_words[] = {
+      ".",       ":",      "[",       "[[",        "alias",    "bg",      "bind",     "break",
+      "builtin", "caller", "cd",      "chdir",     "command",  "compgen", "complete", "continue",
+      "declare", "dirs",   "disown",  "echo",      "enable",   "eval",    "exec",     "exit",
+      "export",  "false",  "fc",      "fg",        "getopts",  "hash",    "help",     "history",
+      "jobs",    "kill",   "let",     "local",     "logout",   "mapfile", "popd",     "printf",
+      "pushd",   "pwd",    "read",    "readarray", "readonly", "return",  "set",      "shift",
+      "shopt",   "source", "suspend", "test",      "times",    "trap",    "true",     "type",
+      "typeset", "ulimit", "umask",   "unalias",   "unset",    "wait",    "case",     "coproc",
+      "do",      "done",   "elif",    "else",      "esac",     "fi",      "for",      "function",
+      "if",      "in",     "select",  "then",      "time",     "until",   "while"};
+  size_t first = strspn(cmd, " \t");
+  size_t wlen = strspn(cmd + first, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                    "0123456789_./+-");
+  char end = cmd[first + wlen];
+  if (wlen == 0 || wlen > 255 || (end != '\0' && end != ' ' && end != '\t'))
+    return false;
+  char name[256];
+  memcpy(name, cmd + first, wlen);
+  name[wlen] = '\0';
+  for (size_t i = 0; i < ARRAY_SIZE(shell_words); i++)
+    if (strcmp(name, shell_words[i]) == 0)
+      return false;
+  char quote = 0;
+  for (const char *p = cmd + first + wlen; *p; p++) {
+    if (quote == '\'') {
+      if (*p == '\'')
+        quote = 0;
+    } else if (*p == '\\') {
+      if (*++p == '\0')
+        return false;
+    } else if (quote == '"') {
+      if (*p == '"')
+        quote = 0;
+    } else if (*p == '\'' || *p == '"') {
+      quote = *p;
+    } else if (strchr(";&|<>(){}`\n", *p)) {
+      return false;
+    }
+  }
+  if (quote)
+    return false;
+  if (strchr(name, '/'))
+    return access(name, X_OK) == 0;
+  /* found where the shell will look (the request's PATH, else the default one) */
+  cleanup_free char *dirs = xstrdup(path_env ? path_env
+                                             : "/usr/local/sbin:/usr/local/bin:"
+                                               "/usr/sbin:/usr/bin:/sbin:/bin");
+  char *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    char file[PATH_MAX];
+    struct stat st;
+    if (d[0] == '/' && (size_t) snprintf(file, sizeof file, "%s/%s", d, name) < sizeof file &&
+        stat(file, &st) == 0 && S_ISREG(st.st_mode) && access(file, X_OK) == 0)
+      return true;
+  }
+  return false;
+}
+
 static int check_cwd(const char *cwd, sbx_error_t *err)
 {
   if (cwd[0] != '/')
@@ -524,9 +594,10 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
 
   struct cmd *e = register_cmd(r->id, pid, false, NULL);
   bool client_gone = send_started(c, e ? e->id : "", pid) < 0;
-  bool kill_on_gone = r->flags & SBX_EXEC_KILL_ON_DISCONNECT;
-  if (client_gone && kill_on_gone)
-    kill_group(pid, SIGKILL);
+  /* The client may be found gone anywhere: a failed read of its frames, or a failed write of
+   * output (a client killed, or whose own reader went away, while the command prints); each
+   * pass of the loop below kills the group once it is. */
+  bool kill_on_gone = r->flags & SBX_EXEC_KILL_ON_DISCONNECT, gone_seen = false;
 
   struct stream so = {keep_out, SBX_MSG_STDOUT, r->out_cap, 0, 0};
   struct stream se = {keep_err, SBX_MSG_STDERR, r->err_cap, 0, 0};
@@ -536,6 +607,13 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
   siginfo_t si = {0};
   cleanup_free char *buf = xmalloc(65536);
   while (!exited) {
+    if (client_gone && !gone_seen) {
+      gone_seen = true;
+      if (kill_on_gone)
+        kill_group(pid, SIGKILL);
+      else if (in.own)
+        agent_input_eof(&in); /* nobody feeds the command any more */
+    }
     /* while input is queued the client is not read: its writes wait (bounded memory) */
     bool queued = agent_input_pending(&in);
     struct pollfd fds[5] = {{so.fd, POLLIN, 0},
@@ -572,10 +650,6 @@ static int run_foreground(struct agent_conn *c, struct exec_req *r, const char *
       if (sbx__frame_recv(c->fd, &hdr, &payload, SBX_STDIN_MAX_FRAME) < 0 ||
           !client_frame(&hdr, payload, pid, master, &in)) {
         client_gone = true;
-        if (kill_on_gone)
-          kill_group(pid, SIGKILL);
-        else if (in.own)
-          agent_input_eof(&in); /* nobody feeds the command any more */
       }
     }
     if (fds[2].revents) {
@@ -725,11 +799,18 @@ int agent_exec(struct agent_conn *c, const char *payload, size_t len)
   char sh[] = "sh", lc[] = "-lc";
   char *shell_argv[] = {sh, lc, r.cmd, NULL};
   char **argv = shell_argv;
+  cleanup_free char *exec_cmd = NULL;
   if (r.flags & SBX_EXEC_ARGV) {
     path = resolve_exec(r.argv.v[0]);
     argv = r.argv.v;
   } else {
     path = xstrdup("/bin/sh");
+    const char *path_env = NULL;
+    for (size_t i = 0; envp[i]; i++)
+      if (strncmp(envp[i], "PATH=", 5) == 0)
+        path_env = envp[i] + 5;
+    if (execable(r.cmd, path_env))
+      shell_argv[2] = exec_cmd = xasprintf("exec %s", r.cmd);
   }
   int ret = (r.flags & SBX_EXEC_BACKGROUND) ? run_background(c, &r, path, argv, envp, &err)
                                             : run_foreground(c, &r, path, argv, envp, &err);

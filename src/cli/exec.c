@@ -14,13 +14,19 @@ static const char usage[] =
     "Runs `sh -lc COMMAND` in /mnt/user-data/workspace of the scope's sandbox, stdin from\n"
     "/dev/null (with -i: ours). stdout and stderr go to ours as they arrive; the exit status\n"
     "is the command's (124 on timeout, 128+N if killed by signal N). Background processes the\n"
-    "command starts keep running for later calls.\n"
+    "command starts keep running for later calls; the command's own process group ends with\n"
+    "us (killed if we are, or if our stdout or stderr is closed while it prints). A simple\n"
+    "command (one program and its arguments) is exec'd by that shell, which then adds nothing\n"
+    "to its exit status or its signals.\n"
     "\n"
     "  -i, --interactive     stdin from ours (EOF on ours closes the command's); no deadline\n"
     "                        unless --timeout is given; SIGINT/SIGTERM/SIGHUP sent to us go\n"
-    "                        to the command\n"
+    "                        to the command; SIGTERM/SIGHUP also end the session: the\n"
+    "                        command's process group is killed 2 s later (at once on a\n"
+    "                        second one) if it has not ended, and we exit 128+N\n"
     "  -T, --tty             run on a terminal in the sandbox (implies -i; docker's -it: -t\n"
-    "                        is the thread here). Our terminal is in raw mode until the\n"
+    "                        is the thread here); our stdin must be a terminal (else a\n"
+    "                        usage error, exit 2: use -i). Our terminal is in raw mode until the\n"
     "                        command ends (^C reaches the command, not sbx); window size\n"
     "                        changes are forwarded; stdout and stderr are the terminal's\n"
     "                        output. The detach keys of docker (^P ^Q) are not taken: the\n"
@@ -135,6 +141,12 @@ int cli_exec_main(struct cli *c, int argc, char **argv, const char *help, bool s
   int r = cli_parse(c, argc, argv, help, scoped ? &s : NULL, opts, "e:iT", on_opt, &a, -1);
   if (r == 0 && a.interactive && a.json)
     r = cli_usage_error(c, "--json cannot be combined with -i or --tty");
+  /* docker's "the input device is not a TTY": a terminal fed from a pipe cannot be given the
+   * pipe's end reliably (an EOF typed before a program switched its terminal to raw mode is
+   * lost, and the program waits forever) */
+  if (r == 0 && a.tty && !isatty(0))
+    r = cli_usage_error(c, "--tty needs a terminal on stdin (the input device is not a "
+                           "terminal); use -i to feed a command from a pipe or a file");
   if (r == 0)
     r = cli_open(c);
   /* for this sandbox only: the spares made after this call are the configured image's */

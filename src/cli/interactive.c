@@ -89,14 +89,24 @@ int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
 
   int ret = EXIT_OP_ERROR;
   bool stdin_open = true, done = false;
+  /* A SIGTERM or SIGHUP ends the session whatever the command does with it (an interactive
+   * shell ignores SIGTERM): passed on, then, if the command has not ended 2 s later or on a
+   * second one, the connection is closed, which kills the command's process group. */
+  int ending = 0;
+  uint64_t end_at = 0;
   char buf[16384];
   while (!done) {
+    if (ending && sbx__now_ms() >= end_at) {
+      ret = 128 + ending;
+      break;
+    }
     bool room = sbx_session_pending(s) < SBX_SESSION_QUEUE_MAX / 2;
     struct pollfd fds[3] = {
         {stdin_open && room ? 0 : -1, POLLIN, 0},
         {sbx_session_fd(s), (short) (POLLIN | (sbx_session_pending(s) ? POLLOUT : 0)), 0},
         {sfd, POLLIN, 0}};
-    if (poll(fds, 3, -1) < 0) {
+    int wait_ms = ending ? (int) (end_at - sbx__now_ms()) : -1;
+    if (poll(fds, 3, ending && wait_ms < 0 ? 0 : wait_ms) < 0) {
       if (errno == EINTR)
         continue;
       break;
@@ -139,7 +149,16 @@ int cli_run_interactive(struct cli *c, sbx_sandbox_t *sb, const char *command,
             r = sbx_session_resize(s, rows, cols, &err);
         } else {
           /* signals sent to us (kill, or ^C when our stdin is not in raw mode) go to the
-           * command; a second SIGTERM/SIGHUP is not needed: the command decides */
+           * command; SIGTERM and SIGHUP also end the session (above) */
+          bool end = si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP;
+          if (end && ending) {
+            ret = 128 + ending;
+            goto out;
+          }
+          if (end) {
+            ending = (int) si.ssi_signo;
+            end_at = sbx__now_ms() + 2000;
+          }
           r = sbx_session_signal(s, (int) si.ssi_signo, &err);
         }
         if (r < 0 && err && err->kind != SBX_E_BUSY)

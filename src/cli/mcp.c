@@ -209,6 +209,26 @@ static void *signal_thread(void *arg)
   _exit(0);
 }
 
+/* The client gone: the read end of our stdout closed (poll says POLLERR on a pipe's write end;
+ * a file or a terminal never does). Nobody will read an answer, so the session ends as on
+ * SIGTERM (signal_thread): what runs is cancelled, its commands killed. */
+static void *stdout_watch(void *arg)
+{
+  (void) arg;
+  for (;;) {
+    struct pollfd p = {1, 0, 0};
+    int n = poll(&p, 1, -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || (p.revents & POLLNVAL))
+      return NULL;
+    if (p.revents & (POLLERR | POLLHUP))
+      break;
+  }
+  kill(getpid(), SIGTERM);
+  return NULL;
+}
+
 struct mcp_args {
   struct cli_scope scope;
   const char *image;
@@ -282,6 +302,9 @@ int cmd_mcp(struct cli *c, int argc, char **argv)
   pthread_t sig;
   if (pthread_create(&sig, NULL, signal_thread, &io) == 0)
     pthread_detach(sig);
+  pthread_t out;
+  if (pthread_create(&out, NULL, stdout_watch, NULL) == 0)
+    pthread_detach(out);
 
   reader(&io);
   /* end of input: every request read before it is answered, then the sandbox parked */

@@ -23,6 +23,7 @@
 #include "aio.h"
 #include "ctx.h"
 #include "registry.h"
+#include "stream.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -656,9 +657,14 @@ enum MHD_Result h_aio_bash_exec(struct req *r)
                             .timeout = hard,
                             .no_timeout = hard <= 0,
                             .id_out = cmd_id};
+  /* a client that goes away takes its command with it */
+  struct sbxd_watch *w = sbxd_watch_start(r->conn, r->box->sb, NULL, NULL);
+  o.on_start = sbxd_watch_command;
+  o.arg = w;
   struct sbx_exec_result res;
   sbx_error_t err = NULL;
   int rc = sbx_execute_command(r->box->sb, json_string_value(cmd), &o, &res, &err);
+  sbxd_watch_stop(w);
   sbx__strv_free(&envv);
   if (rc < 0) {
     int kind = err->kind;

@@ -9,6 +9,7 @@
  * grep, on a sandbox acquired here or made by the lifecycle API. Errors are the library's:
  * {"code": "SBX::<KIND>", "message": <the contract's exact text>}. */
 #include "contract.h"
+#include "stream.h"
 #include "ctx.h"
 #include "registry.h"
 
@@ -66,9 +67,14 @@ static enum MHD_Result op_execute(struct req *r, struct box *b, json_t *body)
   o.env = (const char *const *) envv.v;
   o.n_env = envv.n;
   o.cwd = json_string_value(cwd);
+  /* a client that goes away takes its command with it */
+  struct sbxd_watch *w = sbxd_watch_start(r->conn, b->sb, NULL, NULL);
+  o.on_start = sbxd_watch_command;
+  o.arg = w;
   struct sbx_exec_result res;
   sbx_error_t err = NULL;
   int rc = sbx_execute_command(b->sb, command, &o, &res, &err);
+  sbxd_watch_stop(w);
   sbx__strv_free(&envv);
   if (rc < 0)
     return sbxd_lib_error(r, &err);

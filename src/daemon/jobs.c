@@ -3,7 +3,8 @@
  * events: one event per line, then execution_complete, or an error event whose evalue is the
  * exit code. The HTTP response only starts once the command has started (so a bad working
  * directory is a plain 400) and then drains the worker's queue. A client that disconnects
- * detaches from the queue; the command itself runs on (execd semantics). */
+ * detaches from the queue, and a foreground command's process group is killed (sbxd_watch:
+ * the command of a caller that went away is nobody's); a background one runs on. */
 #include "jobs.h"
 #include "ctx.h"
 #include "registry.h"
@@ -77,6 +78,7 @@ static int job_on_start(void *arg, const char *id)
   struct job *j = arg;
   snprintf(j->cmd_id, sizeof j->cmd_id, "%s", id);
   j->started = true;
+  sbxd_watch_command(j->watch, id);
   if (j->session[0]) {
     pthread_mutex_lock(&j->b->lock);
     struct session *s = box_session_find(j->b, j->session);
@@ -169,6 +171,8 @@ static void *job_main(void *arg)
   struct sbx_exec_result res;
   sbx_error_t err = NULL;
   int rc = sbx_execute_command(j->b->sb, NULL, &o, &res, &err);
+  sbxd_watch_stop(j->watch);
+  j->watch = NULL;
   sbxd_lines_flush(&j->out, emit_stdout, j);
   sbxd_lines_flush(&j->err, emit_stderr, j);
   if (rc == 0 && !j->started)
@@ -211,8 +215,11 @@ enum MHD_Result job_run(struct req *r, struct job *j)
     return MHD_NO;
   }
   sbxd_worker_start();
+  if (!j->background)
+    j->watch = sbxd_watch_start(r->conn, j->b->sb, NULL, NULL);
   if (sbxd_spawn(job_main, j) < 0) {
     sbxd_worker_done();
+    sbxd_watch_stop(j->watch);
     box_put(j->b);
     stream_unref(s);
     job_free(j);

@@ -24,6 +24,7 @@ struct job {
   char *state_file;
   /* a run that exited (not one that failed to run), before its terminal event */
   void (*on_exit)(struct job *j);
+  struct sbxd_watch *watch; /* a foreground command's client (stream.h) */
 };
 
 void job_free(struct job *j);

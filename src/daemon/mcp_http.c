@@ -199,16 +199,32 @@ static void sse_send(void *arg, const char *json, size_t len)
 
 /* ---- requests ---- */
 
+/* A request whose client went away (its connection closed) is cancelled: its command killed. */
+struct asker {
+  struct mcp_session *ms;
+  json_t *id;
+};
+
+static void asker_gone(void *arg)
+{
+  struct asker *a = arg;
+  mcp_cancel(a->ms, a->id);
+}
+
 struct job {
   struct hsess *h;
   struct mcp_msg m;
   struct stream *s;
+  struct asker asker;
+  struct sbxd_watch *watch;
 };
 
 static void *job_main(void *arg)
 {
   struct job *j = arg;
   mcp_handle(j->h->ms, &j->m, sse_send, j->s);
+  sbxd_watch_stop(j->watch);
+  json_decref(j->asker.id);
   stream_finish(j->s);
   stream_unref(j->s);
   sess_put(j->h);
@@ -234,8 +250,12 @@ static enum MHD_Result run_streamed(struct req *r, struct hsess *h, struct mcp_m
   }
   /* stream_response says text/event-stream */
   sbxd_worker_start();
+  j->asker = (struct asker){h->ms, json_incref(j->m.id)};
+  j->watch = sbxd_watch_start(r->conn, NULL, asker_gone, &j->asker);
   if (sbxd_spawn(job_main, j) < 0) {
     sbxd_worker_done();
+    sbxd_watch_stop(j->watch);
+    json_decref(j->asker.id);
     MHD_destroy_response(resp);
     enum MHD_Result ret =
         http_error(r, 500, j->m.id, MCP_INTERNAL_ERROR, "Internal error: cannot start a thread");
@@ -340,7 +360,12 @@ static enum MHD_Result on_post(struct req *r)
   if (mcp_msg_slow(&m) && json_object_get(meta, "progressToken"))
     return run_streamed(r, h, &m); /* takes m and our reference */
   sbx_buf_t out = {0};
+  struct asker asker = {h->ms, json_incref(m.id)};
+  struct sbxd_watch *w =
+      mcp_msg_slow(&m) ? sbxd_watch_start(r->conn, NULL, asker_gone, &asker) : NULL;
   mcp_handle(h->ms, &m, capture, &out);
+  sbxd_watch_stop(w);
+  json_decref(asker.id);
   sess_put(h);
   if (out.len == 0) /* cancelled: no response, as the spec asks */
     return send_body(r, 202, NULL, NULL, NULL);

@@ -10,10 +10,14 @@
 #include "http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <time.h>
 
 struct stream {
@@ -358,4 +362,102 @@ int sbxd_send_all(int fd, const char *d, size_t n, int timeout_ms)
     n -= (size_t) w;
   }
   return 0;
+}
+
+/* ---- a foreground command's client ---- */
+
+struct sbxd_watch {
+  pthread_t thread;
+  int fd;   /* our own reference to the client's socket (MHD may close its own meanwhile) */
+  int stop; /* eventfd */
+  pthread_mutex_t lock;
+  sbx_sandbox_t *sb;
+  char id[65]; /* the command, once started */
+  bool gone;
+  void (*on_gone)(void *arg);
+  void *arg;
+};
+
+static void watch_kill_locked(struct sbxd_watch *w)
+{
+  if (w->sb && w->id[0])
+    sbx_command_signal(w->sb, w->id, SIGKILL, NULL);
+}
+
+static void *watch_main(void *arg)
+{
+  struct sbxd_watch *w = arg;
+  for (;;) {
+    /* POLLRDHUP: the client closed its end (or vanished: POLLHUP, POLLERR); bytes it sends
+     * meanwhile (a pipelined request) are not ours to read and are not asked for */
+    struct pollfd p[2] = {{w->fd, POLLRDHUP, 0}, {w->stop, POLLIN, 0}};
+    int n = poll(p, 2, -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || p[1].revents)
+      return NULL;
+    if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR))
+      break;
+  }
+  pthread_mutex_lock(&w->lock);
+  w->gone = true;
+  watch_kill_locked(w);
+  if (w->on_gone)
+    w->on_gone(w->arg);
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+struct sbxd_watch *sbxd_watch_start(struct MHD_Connection *conn, sbx_sandbox_t *sb,
+                                    void (*on_gone)(void *arg), void *arg)
+{
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci == NULL)
+    return NULL;
+  struct sbxd_watch *w = xzalloc(sizeof *w);
+  w->fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+  w->stop = eventfd(0, EFD_CLOEXEC);
+  w->sb = sb;
+  w->on_gone = on_gone;
+  w->arg = arg;
+  pthread_mutex_init(&w->lock, NULL);
+  if (w->fd < 0 || w->stop < 0 || pthread_create(&w->thread, NULL, watch_main, w) != 0) {
+    if (w->fd >= 0)
+      close(w->fd);
+    if (w->stop >= 0)
+      close(w->stop);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    return NULL; /* no watch: the command runs as before, to its end or its deadline */
+  }
+  return w;
+}
+
+int sbxd_watch_command(void *arg, const char *id)
+{
+  struct sbxd_watch *w = arg;
+  if (w == NULL)
+    return 0;
+  pthread_mutex_lock(&w->lock);
+  snprintf(w->id, sizeof w->id, "%s", id);
+  if (w->gone) /* gone before the command started */
+    watch_kill_locked(w);
+  pthread_mutex_unlock(&w->lock);
+  return 0;
+}
+
+bool sbxd_watch_stop(struct sbxd_watch *w)
+{
+  if (w == NULL)
+    return false;
+  uint64_t one = 1;
+  (void) !write(w->stop, &one, sizeof one);
+  pthread_join(w->thread, NULL);
+  bool gone = w->gone;
+  close(w->fd);
+  close(w->stop);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+  return gone;
 }

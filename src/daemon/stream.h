@@ -37,4 +37,16 @@ struct MHD_Response *fd_response(int fd, uint64_t size);
  * (-1: blocking sends, no limit); 0, or -1 when the peer is gone or too slow. */
 int sbxd_send_all(int fd, const char *d, size_t n, int timeout_ms);
 
+/* A foreground command's client: while the command runs, a thread watches the request's
+ * connection, and a client that closed it (or vanished) gets the command's process group
+ * killed (SIGKILL), as a killed `sbx exec` does, and on_gone called (under the watch's lock).
+ * sbxd_watch_command is an on_start callback (arg: the watch) that names the command; a
+ * client gone before it started has it killed then. NULL (no watch) where none could be made.
+ * sbxd_watch_stop ends the watch and says whether the client went away. */
+struct sbxd_watch;
+struct sbxd_watch *sbxd_watch_start(struct MHD_Connection *conn, sbx_sandbox_t *sb,
+                                    void (*on_gone)(void *arg), void *arg);
+int sbxd_watch_command(void *arg, const char *id);
+bool sbxd_watch_stop(struct sbxd_watch *w);
+
 #endif

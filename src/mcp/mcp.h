@@ -90,6 +90,9 @@ const char *mcp_session_protocol(const struct mcp_session *s);
 void mcp_handle(struct mcp_session *s, struct mcp_msg *m, mcp_send_fn send, void *arg);
 /* Cancels every request in flight (their commands are killed). */
 void mcp_cancel_all(struct mcp_session *s);
+/* Cancels the request with that id, as notifications/cancelled does (its command is killed, it
+ * gets no response); a front-end calls it when the request's client went away. */
+void mcp_cancel(struct mcp_session *s, json_t *id);
 
 /* The protocol revisions we speak, newest first */
 extern const char *const mcp_protocol_versions[];

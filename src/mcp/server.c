@@ -456,7 +456,9 @@ static const struct arg_spec exec_args[] = {
 
 static json_t *tool_execute(struct ctx *c, json_t *args)
 {
-  struct sbx_exec_opts o = {0};
+  /* the command ends with the server that runs it (killed, or its client gone: then the call
+   * is cancelled, mcp_cancel) */
+  struct sbx_exec_opts o = {.kill_on_disconnect = true};
   json_t *t = json_object_get(args, "timeout");
   if (json_is_number(t)) {
     o.timeout = json_number_value(t);
@@ -1175,6 +1177,18 @@ static void read_resource(struct mcp_session *s, struct mcp_msg *m, mcp_send_fn 
   reply(send, arg, mcp_result_text(m->id, json_pack("{s:o}", "contents", contents)));
 }
 
+void mcp_cancel(struct mcp_session *s, json_t *rid)
+{
+  if (!json_is_string(rid) && !json_is_integer(rid))
+    return;
+  cleanup_free char *key = id_key(rid);
+  pthread_mutex_lock(&s->lock);
+  for (struct call *c = s->calls; c; c = c->next)
+    if (strcmp(c->key, key) == 0)
+      kill_call_locked(c);
+  pthread_mutex_unlock(&s->lock);
+}
+
 static void notification(struct mcp_session *s, struct mcp_msg *m)
 {
   if (strcmp(m->method, "notifications/initialized") == 0) {
@@ -1182,15 +1196,7 @@ static void notification(struct mcp_session *s, struct mcp_msg *m)
     s->initialized = true;
     pthread_mutex_unlock(&s->lock);
   } else if (strcmp(m->method, "notifications/cancelled") == 0) {
-    json_t *rid = json_object_get(m->params, "requestId");
-    if (!json_is_string(rid) && !json_is_integer(rid))
-      return;
-    cleanup_free char *key = id_key(rid);
-    pthread_mutex_lock(&s->lock);
-    for (struct call *c = s->calls; c; c = c->next)
-      if (strcmp(c->key, key) == 0)
-        kill_call_locked(c);
-    pthread_mutex_unlock(&s->lock);
+    mcp_cancel(s, json_object_get(m->params, "requestId"));
   }
   /* any other notification is ignored, as JSON-RPC asks */
 }

@@ -3,6 +3,7 @@ against a fresh state directory per test, as root, with real namespaces."""
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -62,6 +63,12 @@ def _idmap_required(request, tmp_path_factory):
             pytest.skip(why)
 
 
+def on_a_terminal(cmd):
+    """cmd run by script(1) on a new terminal (its stdin, stdout and stderr), with script's exit
+    status its own"""
+    return ["script", "-qefc", " ".join(shlex.quote(str(c)) for c in cmd), "/dev/null"]
+
+
 class Sbx:
     """Runs `sbx --home HOME ...` and keeps track of what the test created."""
 
@@ -75,14 +82,17 @@ class Sbx:
             base += ["--config", self.config]
         return base + [str(a) for a in args]
 
-    def run(self, *args, input=None, timeout=60, check=None, env=None):
-        """Runs sbx; returns CompletedProcess (stdout/stderr as bytes)."""
+    def run(self, *args, input=None, timeout=60, check=None, env=None, tty=False):
+        """Runs sbx; returns CompletedProcess (stdout/stderr as bytes). tty: on a terminal of
+        its own (script(1)), for `--tty`, which refuses a stdin that is not one; what sbx
+        writes, stderr included, is then the terminal's output, in stdout."""
         e = dict(os.environ)
         if env:
             e.update(env)
         if isinstance(input, str):
             input = input.encode()
-        p = subprocess.run(self.cmd(*args), input=input if input is not None else b"",
+        cmd = on_a_terminal(self.cmd(*args)) if tty else self.cmd(*args)
+        p = subprocess.run(cmd, input=input if input is not None else b"",
                            capture_output=True, timeout=slow(timeout), env=e)
         if check is not None:
             assert p.returncode == check, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])

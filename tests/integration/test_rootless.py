@@ -486,3 +486,32 @@ def test_commit_as_a_user(user):
                 image="rl:c2")
     assert r["stdout"].split() == ["1000:1000", "cat=1", "n"], r
     user.ok("rm", "-t", "cm2")
+
+
+def test_launch_does_not_depend_on_the_callers_process_count(user):
+    """RLIMIT_NPROC counts every process of the caller's uid on the host: a user with a small
+    soft limit (a unit's LimitNPROC=, ulimit -u) and more processes than that running elsewhere
+    could not start a sandbox (the CLI's spawn of the launcher, and the launcher's clones,
+    failed with EAGAIN). The launch lifts the soft limit to the hard one."""
+    as_user = ["setpriv", "--reuid=%d" % user.uid, "--regid=%d" % user.gid, "--init-groups", "--"]
+    extra = [subprocess.Popen(as_user + ["sleep", "300"]) for _ in range(60)]
+    try:
+        # the positive control: with that many processes, the limit stops a plain fork
+        p = subprocess.run(as_user + ["prlimit", "--nproc=50:", "--", "sh", "-c",
+                                      "/bin/true & wait $! && echo forked"],
+                           capture_output=True, timeout=60, env=user.env(), cwd=user.home_dir)
+        assert b"forked" not in p.stdout, (p.stdout, p.stderr)
+        p = subprocess.run(as_user + ["prlimit", "--nproc=50:", "--", user.sbx, "--home",
+                                      user.state, "exec", "-t", "np", "--",
+                                      "for i in $(seq 20); do sleep 30 & done; echo started"],
+                           capture_output=True, timeout=120, cwd=user.home_dir,
+                           # a sanitizer build's leak check at exit clones a tracer: not under
+                           # this limit
+                           env=user.env({"ASAN_OPTIONS": "detect_leaks=0"}))
+        assert p.returncode == 0 and p.stdout == b"started\n", (p.returncode, p.stderr)
+    finally:
+        for e in extra:
+            e.kill()
+        for e in extra:
+            e.wait()
+    user.run("rm", "-t", "np", timeout=120)

@@ -56,6 +56,7 @@ _integ = _load_integration_conftest()
 _integ.SBX = SBX  # the same binaries for both suites
 Sbx = _integ.Sbx
 thread_dir = _integ.thread_dir
+on_a_terminal = _integ.on_a_terminal
 
 
 def new_thread(prefix="sec"):

@@ -217,6 +217,11 @@ static int exec_frame(void *arg, int fd, const sbx_frame_hdr_t *hdr, const char 
     if (x->keep)
       sbx__buf_append(stream == 1 ? &x->out : &x->errb, p, hdr->len);
     deliver(o, stream, p, hdr->len, &x->stop);
+    /* the caller's output has nowhere to go (a closed pipe): a command bound to its caller
+     * ends here, as it would had the caller died (the connection closes, sbx-init kills it) */
+    if (x->stop && o && o->kill_on_disconnect)
+      return sbx__make_error(err, EPIPE, SBX_E_IO,
+                             "the command's output could not be delivered: command killed");
     return 0;
   }
   case SBX_MSG_EXIT: {

@@ -17,6 +17,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -260,7 +261,18 @@ static int linux_create(struct sbx_instance *in, const char *user_data, sbx_erro
   char name[] = "sbx-init", verb[] = "launch", fdarg[] = "3";
   char *argv[] = {name, verb, fdarg, NULL};
   pid_t launcher;
+  /* RLIMIT_NPROC counts every process of our real uid on the host, not ours: a caller with a
+   * small soft limit (a unit's LimitNPROC=, a shell's ulimit -u) on a busy host could not even
+   * start the launcher. The soft limit is raised to the hard one for the spawn (the launcher
+   * inherits it and lifts it further as root); the sandbox's processes are bounded by its
+   * cgroup's pids.max, not by its caller's limit. */
+  struct rlimit nproc;
+  bool raise_nproc = getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur < nproc.rlim_max;
+  if (raise_nproc)
+    setrlimit(RLIMIT_NPROC, &(struct rlimit){nproc.rlim_max, nproc.rlim_max});
   int r = posix_spawn(&launcher, init, &fa, NULL, argv, environ);
+  if (raise_nproc)
+    setrlimit(RLIMIT_NPROC, &nproc);
   posix_spawn_file_actions_destroy(&fa);
   close(sv[1]);
   if (r != 0) {

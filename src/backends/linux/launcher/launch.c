@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -401,6 +402,15 @@ static void write_launch_record(const struct sbx_launch_spec *s, pid_t pid, cons
 int sbx__launch_main(int fd)
 {
   signal(SIGPIPE, SIG_IGN);
+  /* Our clones, and the sandbox's user namespace (which records the limit of its creator),
+   * must not depend on how many processes our caller's uid has on the host (RLIMIT_NPROC
+   * counts them all): unlimited as root, the hard limit otherwise. The sandbox's processes are
+   * bounded by its cgroup (pids.max) and get their own limits (confine.c). */
+  struct rlimit nproc = {RLIM_INFINITY, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_NPROC, &nproc) < 0 && getrlimit(RLIMIT_NPROC, &nproc) == 0) {
+    nproc.rlim_cur = nproc.rlim_max;
+    setrlimit(RLIMIT_NPROC, &nproc);
+  }
   sbx_frame_hdr_t hdr;
   cleanup_free char *payload = NULL;
   if (sbx__frame_recv(fd, &hdr, &payload, SBX_PROTO_MAX_PAYLOAD) < 0 || hdr.type != SBX_MSG_LAUNCH)
