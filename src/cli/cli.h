@@ -31,6 +31,11 @@ struct cli_verb {
 
 /* Loads the configuration and opens the pool (with a rate-limited reaper pass). */
 int cli_open(struct cli *c);
+/* For a verb that only reads (ps, images, gc): as cli_open where the state directory exists;
+ * where it does not, loads the configuration only, creates nothing and returns CLI_NO_HOME
+ * (the verb reports an empty pool). */
+#define CLI_NO_HOME (-3)
+int cli_open_existing(struct cli *c);
 /* After a verb, once c->provider is freed: if spares are configured and missing, starts a
  * detached process that makes them (the CLI does not wait for it). */
 void cli_refill_spares(struct cli *c, bool missing);

@@ -88,6 +88,22 @@ int cli_open(struct cli *c)
   return 0;
 }
 
+int cli_open_existing(struct cli *c)
+{
+  struct stat st;
+  if (stat(c->home, &st) == 0 || errno != ENOENT)
+    return cli_open(c);
+  /* nothing to read and nothing to make: the configuration only (ps counts configured spares) */
+  sbx_set_log_handler(log_to_stderr, NULL);
+  sbx_error_t err = NULL;
+  if (c->cfg == NULL) {
+    c->cfg = c->config_path ? sbx_config_load(c->config_path, &err) : sbx_config_new_default();
+    if (c->cfg == NULL)
+      return cli_fail(&err);
+  }
+  return CLI_NO_HOME;
+}
+
 int cli_fail(sbx_error_t *err)
 {
   fprintf(stderr, "sbx: %s\n", err && *err ? (*err)->msg : "unknown error");

@@ -36,13 +36,15 @@ int cmd_ps(struct cli *c, int argc, char **argv)
   int r = cli_parse(c, argc, argv, usage, NULL, opts, "", on_opt, &json, 0);
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
-  if ((r = cli_open(c)) != 0)
+  if ((r = cli_open_existing(c)) != 0 && r != CLI_NO_HOME)
     return r;
-  struct sbx_sandbox_info *v;
-  size_t n;
+  struct sbx_sandbox_info *v = NULL;
+  size_t n = 0;
   sbx_error_t err = NULL;
-  if (sbx_list(c->provider, &v, &n, &err) < 0)
+  if (r == 0 && sbx_list(c->provider, &v, &n, &err) < 0)
     return cli_fail(&err);
+  r = 0;
+  int spares = c->provider ? sbx_spares_ready(c->provider) : 0;
   double now = sbx__realtime_sec();
   if (json) {
     json_t *arr = json_array();
@@ -62,8 +64,7 @@ int cmd_ps(struct cli *c, int argc, char **argv)
     json_t *j = json_object();
     json_object_set_new(j, "sandboxes", arr);
     json_object_set_new(j, "spares",
-                        json_pack("{s:i, s:i}", "ready", sbx_spares_ready(c->provider),
-                                  "configured", c->cfg->spares));
+                        json_pack("{s:i, s:i}", "ready", spares, "configured", c->cfg->spares));
     r = cli_print_json(j);
   } else {
     printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER", "THREAD",
@@ -83,7 +84,6 @@ int cmd_ps(struct cli *c, int argc, char **argv)
              now - v[i].last_used, mem, owners.len ? owners.data : "-");
       sbx__buf_free(&owners);
     }
-    int spares = sbx_spares_ready(c->provider);
     if (spares > 0 || c->cfg->spares > 0)
       printf("spares: %d (configured: %d)\n", spares, c->cfg->spares);
   }
