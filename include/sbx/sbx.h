@@ -111,6 +111,24 @@ SBX_PUBLIC int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t
 SBX_PUBLIC void sbx_sandbox_info_free(struct sbx_sandbox_info *infos, size_t n);
 SBX_PUBLIC const char *sbx_state_name(int state);
 
+/* A scope's sandbox the pool destroyed on its own (the replica cap made room for another, idle
+ * longer than idle_timeout, its init died, it failed its health check): kept until the scope's
+ * next acquire (which logs it once, as a warning) or sbx_eviction_forget. */
+struct sbx_eviction {
+  char id[17];
+  char *user, *thread;
+  double time; /* seconds since the epoch */
+  char *reason;
+};
+SBX_PUBLIC int sbx_evictions(sbx_provider_t *p, struct sbx_eviction **out, size_t *n,
+                             sbx_error_t *err);
+SBX_PUBLIC void sbx_evictions_free(struct sbx_eviction *v, size_t n);
+/* The eviction recorded for id into *ev (its strings freed by sbx_eviction_clear); 0, or -1 if
+ * there is none. With forget, the record is removed. */
+SBX_PUBLIC int sbx_eviction_take(sbx_provider_t *p, const char *id, struct sbx_eviction *ev,
+                                 bool forget);
+SBX_PUBLIC void sbx_eviction_clear(struct sbx_eviction *ev);
+
 /* ---- the contract ---- */
 
 struct sbx_exec_opts {

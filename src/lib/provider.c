@@ -18,6 +18,8 @@
 #include "registry.h"
 #include "text.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -114,6 +116,7 @@ static void held_remove(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
 struct candidate {
   char id[SBX_ID_LEN + 1];
   double last_used;
+  char *user, *thread;
 };
 
 static int cmp_candidate(const void *a, const void *b)
@@ -158,6 +161,8 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       count++;
       if (!held) {
         snprintf(warm[n_warm].id, sizeof warm[n_warm].id, "%s", ids.v[i]);
+        warm[n_warm].user = steal_pointer(&in.meta.user);
+        warm[n_warm].thread = steal_pointer(&in.meta.thread);
         warm[n_warm++].last_used = in.meta.last_used;
       }
     }
@@ -177,6 +182,12 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
           sbx__log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
           sbx_error_release(&derr);
         } else {
+          /* the CLI user is told: at the scope's next use, and in sbx ps */
+          cleanup_free char *why = xasprintf(
+              "replica cap: sandbox.replicas is %d and sandbox %s needed a slot; this warm one "
+              "was idle longest (%.0f s)",
+              p->pool.cfg->replicas, creating, sbx__realtime_sec() - warm[i].last_used);
+          sbx__evicted_write(p->pool.home, warm[i].id, warm[i].user, warm[i].thread, why);
           sbx__log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
           sbx__lock_drop(p->pool.home, warm[i].id, steal_fd(&fd));
         }
@@ -190,6 +201,10 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
                "All %d replica slots are in active use; creating sandbox %s beyond the soft "
                "limit",
                p->pool.cfg->replicas, creating);
+  }
+  for (size_t i = 0; i < n_warm; i++) {
+    free(warm[i].user);
+    free(warm[i].thread);
   }
   free(warm);
   sbx__strv_free(&ids);
@@ -276,6 +291,16 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
 {
   struct sbx_instance in;
   sbx_error_t lerr = NULL;
+  struct sbx_eviction ev;
+  if (sbx__evicted_read(p->pool.home, id, &ev) == 0) {
+    /* reported once, where the user of the scope looks (the CLI prints warnings on stderr) */
+    sbx__log(SBX_LOG_WARNING,
+             "thread %s (user %s): its sandbox %s was evicted %.0f s ago (%s); starting a new "
+             "one: /mnt/user-data is kept, /tmp and background processes are gone",
+             ev.thread, ev.user, id, sbx__realtime_sec() - ev.time, ev.reason);
+    sbx_eviction_clear(&ev);
+    sbx__evicted_remove(p->pool.home, id);
+  }
   if (sbx__instance_load(&p->pool, id, &in, &lerr) < 0) {
     bool missing = lerr->kind == SBX_E_NOT_FOUND;
     sbx_error_release(&lerr);
@@ -305,7 +330,10 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     return NULL;
   }
   if (!in.ops->alive(&in)) {
-    sbx__log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
+    sbx__log(SBX_LOG_WARNING,
+             "thread %s (user %s): its sandbox %s had died (its init is gone); starting a new "
+             "one: /mnt/user-data is kept, /tmp and background processes are gone",
+             thread, user, id);
     sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
     return create(p, id, user, thread, NULL, err);
@@ -774,6 +802,54 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
   sbx__strv_free(&ids);
   *out = v;
   *n = k;
+  return 0;
+}
+
+int sbx_evictions(sbx_provider_t *p, struct sbx_eviction **out, size_t *n, sbx_error_t *err)
+{
+  *out = NULL;
+  *n = 0;
+  cleanup_free char *dir = xasprintf("%s/evicted", p->pool.home);
+  cleanup_dir DIR *d = opendir(dir);
+  if (d == NULL)
+    return errno == ENOENT ? 0 : sbx__make_error(err, errno, SBX_E_IO, "list `%s`", dir);
+  struct sbx_eviction *v = NULL;
+  size_t k = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    struct sbx_eviction ev;
+    if (!sbx__id_valid(de->d_name) || sbx__evicted_read(p->pool.home, de->d_name, &ev) < 0)
+      continue;
+    if (k == cap)
+      v = xreallocarray(v, cap = cap ? 2 * cap : 8, sizeof *v);
+    v[k++] = ev;
+  }
+  *out = v;
+  *n = k;
+  return 0;
+}
+
+void sbx_eviction_clear(struct sbx_eviction *ev)
+{
+  free(ev->user);
+  free(ev->thread);
+  free(ev->reason);
+  memset(ev, 0, sizeof *ev);
+}
+
+void sbx_evictions_free(struct sbx_eviction *v, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    sbx_eviction_clear(&v[i]);
+  free(v);
+}
+
+int sbx_eviction_take(sbx_provider_t *p, const char *id, struct sbx_eviction *ev, bool forget)
+{
+  if (sbx__evicted_read(p->pool.home, id, ev) < 0)
+    return -1;
+  if (forget)
+    sbx__evicted_remove(p->pool.home, id);
   return 0;
 }
 

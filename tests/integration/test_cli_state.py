@@ -2,6 +2,8 @@
 home for root, read-only verbs that create nothing, evictions that are reported, and the
 docker-like verbs (inspect, kill, pause/unpause, stats, rm --data)."""
 import json
+import re
+import time
 import os
 import subprocess
 
@@ -73,3 +75,90 @@ def test_read_only_verbs_create_no_home(tmp_path):
 def test_help_names_the_default_home():
     p = subprocess.run([SBX, "--help"], capture_output=True, text=True)
     assert "/var/lib/sbx as root" in p.stdout
+
+
+def test_replica_eviction_is_reported_by_ps_exec_and_rm(sbx, tmp_path):
+    """With replicas: 2, a third thread evicts the warm sandbox idle longest: ps lists the
+    eviction with its reason, the evicted thread's next exec says so once on stderr (a new
+    sandbox: its /tmp mark is gone), and rm -t of an evicted thread answers about the thread."""
+    cfg = tmp_path / "cap.yaml"
+    cfg.write_text("sandbox:\n  replicas: 2\n")
+    sbx.config = str(cfg)
+    sbx.ok("exec", "-t", "one", "--", "touch /tmp/mark")
+    sbx.ok("exec", "-t", "two", "--", "true")
+    sbx.ok("exec", "-t", "three", "--", "true")  # evicts "one", idle longest
+    ps = sbx.json("ps", "--json")
+    assert sorted(s["thread"] for s in ps["sandboxes"]) == ["three", "two"]
+    [ev] = ps["evicted"]
+    assert ev["thread"] == "one" and ev["user"] == "default", ev
+    assert "replica" in ev["reason"] and "replicas is 2" in ev["reason"], ev
+    text = sbx.ok("ps")
+    assert "evicted: thread one (user default)" in text, text
+
+    p = sbx.run("exec", "-t", "one", "--", "test -e /tmp/mark && echo still || echo gone", check=0)
+    assert p.stdout == b"gone\n"
+    err = p.stderr.decode()
+    assert "thread one (user default)" in err and "evicted" in err and "replica" in err, err
+    # reported once: the next call is quiet; "one"'s new sandbox evicted "two" (idle longest)
+    p = sbx.run("exec", "-t", "one", "--", "true", check=0)
+    assert b"evicted" not in p.stderr, p.stderr
+    assert [e["thread"] for e in sbx.json("ps", "--json")["evicted"]] == ["two"]
+    p = sbx.run("rm", "-t", "two", check=0)
+    err = p.stderr.decode()
+    assert "thread two (user default) has no sandbox: it was evicted" in err, err
+    assert not re.search(r"\b[0-9a-f]{16}\b", err.split("(", 2)[-1].split("replica")[0]), err
+    assert sbx.json("ps", "--json")["evicted"] == []
+    # and a thread that never had one is an error about the thread
+    p = sbx.run("rm", "-t", "never", check=1)
+    assert p.stderr == b"sbx: thread never (user default) has no sandbox\n", p.stderr
+
+
+def test_idle_reaper_eviction_is_reported(sbx, tmp_path):
+    cfg = tmp_path / "idle.yaml"
+    cfg.write_text("sandbox:\n  idle_timeout: 1\n")
+    sbx.config = str(cfg)
+    sbx.ok("exec", "-t", "idle", "--", "true")
+    time.sleep(2.5)
+    assert sbx.ok("gc") == "reaped 1 sandbox\n"
+    [ev] = sbx.json("ps", "--json")["evicted"]
+    assert ev["thread"] == "idle" and "idle_timeout (1 s)" in ev["reason"], ev
+    p = sbx.run("exec", "-t", "idle", "--", "true", check=0)
+    assert b"thread idle (user default): its sandbox" in p.stderr and b"idle reaper" in p.stderr
+
+
+def test_rm_data_removes_the_thread_folder(sbx):
+    sbx.ok("exec", "-t", "d", "--", "echo x > /mnt/user-data/outputs/x")
+    folder = os.path.dirname(thread_dir(sbx, "d"))
+    assert os.path.exists(os.path.join(folder, "user-data", "outputs", "x"))
+    sbx.ok("rm", "-t", "d")
+    assert os.path.exists(folder)  # plain rm keeps it
+    sbx.ok("exec", "-t", "d", "--", "true")
+    assert sbx.run("rm", "-t", "d", "--data", check=0).stderr == b""
+    assert not os.path.exists(folder) and sbx.ps() == []
+    # nothing left: an error about the thread; a folder without a sandbox is removed quietly
+    p = sbx.run("rm", "-t", "d", "--data", check=1)
+    assert p.stderr == b"sbx: thread d (user default) has no sandbox and no folder\n"
+    os.makedirs(os.path.join(folder, "user-data"))
+    sbx.ok("rm", "-t", "d", "--data")
+    assert not os.path.exists(folder)
+    assert sbx.run("rm", "-t", "../x", "--data").returncode != 0
+    assert os.path.exists(sbx.home)
+
+
+def test_sandbox_whose_state_folder_is_deleted_ends_itself(tmp_path):
+    """A home deleted under a running sandbox (a test's tmp folder, rm -rf by hand) leaves
+    nothing that could list or destroy it: its init notices (the lease file it holds is
+    unlinked) and exits within a few seconds, taking its processes with it."""
+    home = tmp_path / "gone"
+    subprocess.run([SBX, "--home", str(home), "exec", "-t", "o", "--", "sleep 1000 &"],
+                   check=True, capture_output=True, timeout=slow(60))
+    [pid] = [s["pid"] for s in json.loads(subprocess.run(
+        [SBX, "--home", str(home), "ps", "--json"], capture_output=True).stdout)["sandboxes"]]
+    assert alive(pid)
+    time.sleep(3)
+    assert alive(pid)  # idle, warm, home intact: it stays
+    subprocess.run(["rm", "-rf", "--one-file-system", str(home)], check=True)
+    deadline = time.monotonic() + slow(15)
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(pid), "the orphaned sandbox's init %d still runs" % pid
