@@ -304,7 +304,12 @@ SBX_PUBLIC sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_
 /* The front-end's JSON object kept with the sandbox (malloc'ed; "{}" if none). */
 SBX_PUBLIC char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err);
 SBX_PUBLIC int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error_t *err);
-/* Freezes (cgroup freezer) or thaws every process of the sandbox. */
+/* Sends signo to every process of the sandbox but its init (its commands, background ones
+ * included; the sandbox stays). Returns how many processes got it. */
+SBX_PUBLIC int sbx_kill(sbx_provider_t *p, const char *id, int signo, sbx_error_t *err);
+/* Freezes (cgroup freezer) or thaws every process of the sandbox; where no freezer can be
+ * written (rootless without a delegated cgroup) the linux backend stops them with SIGSTOP and
+ * continues exactly those. */
 SBX_PUBLIC int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err);
 SBX_PUBLIC bool sbx_sandbox_managed(const sbx_sandbox_t *sb);
 /* Stores the sandbox's writable root as a new image NAME[:TAG] of the store, on top of the image

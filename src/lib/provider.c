@@ -641,6 +641,7 @@ static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
   in.ops = sbx__backend_find(m->backend);
   if (in.ops == NULL || in.ops->pause == NULL)
     return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
+  cleanup_free char *dir = in.dir = sbx__state_dir(p->pool.home, m->id);
   if (in.ops->pause(&in, paused, err) < 0)
     return -1;
   m->paused = paused;
@@ -656,6 +657,26 @@ int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err)
   if (sb)
     sb->in.meta.paused = paused;
   pthread_mutex_unlock(&p->lock);
+  return r;
+}
+
+int sbx_kill(sbx_provider_t *p, const char *id, int signo, sbx_error_t *err)
+{
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
+  if (lock < 0)
+    return -1;
+  struct sbx_instance in;
+  int r = sbx__instance_load(&p->pool, id, &in, err);
+  if (r == 0) {
+    r = in.ops->kill
+            ? in.ops->kill(&in, signo, err)
+            : sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                              "signals are not supported by the %s backend", in.meta.backend);
+    sbx__instance_free(&in);
+  }
+  close(lock);
   return r;
 }
 

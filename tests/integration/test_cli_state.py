@@ -162,3 +162,96 @@ def test_sandbox_whose_state_folder_is_deleted_ends_itself(tmp_path):
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(pid), "the orphaned sandbox's init %d still runs" % pid
+
+
+def _state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _comms(sbx, thread):
+    """The command names of the sandbox's processes, seen from inside."""
+    r = sbx.sh(thread, "for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done")
+    return r["stdout"].split()
+
+
+BG = "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &"
+
+
+def test_inspect_by_scope_and_by_id(sbx):
+    sbx.ok("exec", "-t", "ins", "--", "true")
+    j = json.loads(sbx.ok("inspect", "-t", "ins"))
+    assert j["thread"] == "ins" and j["user"] == "default" and j["state"] == "warm", j
+    assert j["paused"] is False and alive(j["pid"]) and j["owners"] == []
+    assert j["user_data"] == thread_dir(sbx, "ins") and os.path.isdir(j["user_data"])
+    assert os.path.isdir(j["state_dir"]) and j["state_dir"].endswith("/sandboxes/" + j["id"])
+    assert json.loads(sbx.ok("inspect", j["id"])) | {"idle": 0} == j | {"idle": 0}
+    # usage errors (2) and a missing sandbox (1), each said in one line
+    for bad in (["inspect"], ["inspect", "xyz"], ["inspect", "-t", "ins", j["id"]],
+                ["inspect", "--bogus", j["id"]]):
+        p = sbx.run(*bad)
+        assert p.returncode == 2 and p.stderr.startswith(b"sbx inspect: "), (bad, p.stderr)
+    p = sbx.run("inspect", "-t", "nosuch", check=1)
+    assert p.stderr == b"sbx: thread nosuch (user default) has no sandbox\n"
+    p = sbx.run("inspect", "0123456789abcdef", check=1)
+    assert p.stderr == b"sbx: no sandbox 0123456789abcdef\n"
+    for verb in ("inspect", "kill", "pause", "unpause", "rm"):
+        p = sbx.run(verb, "--help", check=0)
+        assert p.stdout.startswith(b"Usage: sbx " + verb.encode()), verb
+
+
+def test_kill_signals_the_commands_and_keeps_the_sandbox(sbx):
+    sbx.ok("exec", "-t", "k", "--", "echo keep > /tmp/keep; " + BG + " " + BG)
+    pid = sbx.ps()[0]["pid"]
+    assert _comms(sbx, "k").count("sleep") == 2
+    out = sbx.ok("kill", "-s", "TERM", "-t", "k")
+    assert re.fullmatch(r"signalled [2-9]\d* processes\n", out), out
+    deadline = time.monotonic() + slow(10)
+    while "sleep" in _comms(sbx, "k") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "sleep" not in _comms(sbx, "k")
+    assert sbx.ps()[0]["pid"] == pid  # the same sandbox, its /tmp kept
+    assert sbx.sh("k", "cat /tmp/keep")["stdout"] == "keep\n"
+    # by id, the default signal (KILL); bad signals are usage errors
+    sbx.ok("exec", "-t", "k", "--", BG)
+    assert sbx.ok("kill", sbx.ps()[0]["id"]).startswith("signalled ")
+    assert "sleep" not in _comms(sbx, "k")
+    for bad in ("NOPE", "0", "99"):
+        assert sbx.run("kill", "-s", bad, "-t", "k").returncode == 2
+    p = sbx.run("kill", "-t", "none", check=1)
+    assert p.stderr == b"sbx: thread none (user default) has no running sandbox\n"
+
+
+@pytest.mark.parametrize("manager", ["auto", "none"])
+def test_pause_and_unpause(sbx, tmp_path, manager):
+    """With a freezer (auto) and without one (cgroup_manager: none: each process is stopped with
+    SIGSTOP, and unpause continues only those it stopped)."""
+    if manager == "none":
+        cfg = tmp_path / "nocg.yaml"
+        cfg.write_text("sandbox:\n  cgroup_manager: none\n  cgroup_required: false\n")
+        sbx.config = str(cfg)
+    # a process the user stopped on purpose stays stopped across pause/unpause
+    sbx.ok("exec", "-t", "p", "--", BG + " " + BG + " setsid sh -c 'kill -STOP $$; exec sleep 999' "
+           "</dev/null >/dev/null 2>&1 &")
+    pid = sbx.ps()[0]["pid"]
+    deadline = time.monotonic() + slow(10)
+    while True:
+        kids = subprocess.run(["ps", "-o", "pid=,stat=,args=", "--ppid", str(pid)],
+                              capture_output=True, text=True).stdout.splitlines()
+        sleeps = {int(l.split()[0]): l.split()[-1] for l in kids if "sleep" in l}
+        if sorted(sleeps.values()) == ["1000", "1000", "999"] and all(
+                l.split()[1].startswith("T") for l in kids if l.split()[-1] == "999"):
+            break
+        assert time.monotonic() < deadline, kids
+        time.sleep(0.1)
+    held = next(p for p, a in sleeps.items() if a == "999")
+    sbx.ok("pause", "-t", "p")
+    assert sbx.ps()[0]["paused"] is True
+    assert json.loads(sbx.ok("inspect", "-t", "p"))["paused"] is True
+    if manager == "none":
+        assert _state(pid) == "T" and all(_state(p) == "T" for p in sleeps)
+    sbx.ok("unpause", "-t", "p")
+    assert sbx.ps()[0]["paused"] is False
+    assert all(_state(p) != "T" for p in sleeps if p != held) and _state(pid) != "T"
+    assert _state(held) == "T"
+    assert sbx.sh("p", "echo after")["stdout"] == "after\n"
