@@ -384,6 +384,9 @@ struct sbx_metrics {
   uint64_t mem_used;  /* bytes */
 };
 SBX_PUBLIC int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err);
+/* The same for a sandbox of the pool by id, without taking hold of it (its idle time goes on). */
+SBX_PUBLIC int sbx_metrics_of(sbx_provider_t *p, const char *id, struct sbx_metrics *m,
+                              sbx_error_t *err);
 
 #ifdef __cplusplus
 }

@@ -108,6 +108,7 @@ int cmd_inspect(struct cli *c, int argc, char **argv);
 int cmd_kill(struct cli *c, int argc, char **argv);
 int cmd_pause(struct cli *c, int argc, char **argv);
 int cmd_unpause(struct cli *c, int argc, char **argv);
+int cmd_stats(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */

@@ -25,6 +25,7 @@ static const struct cli_verb verbs[] = {
     {"kill", cmd_kill, "signal every process of a sandbox but its init"},
     {"pause", cmd_pause, "freeze every process of a sandbox"},
     {"unpause", cmd_unpause, "thaw a paused sandbox"},
+    {"stats", cmd_stats, "CPU and memory of the sandboxes (or of one), once"},
     {"net", cmd_net, "show or change the egress policy of the scope's sandbox"},
     {"gc", cmd_gc, "reap dead and idle sandboxes now"},
     {"down", cmd_down, "destroy every sandbox of the pool"},

@@ -680,6 +680,26 @@ int sbx_kill(sbx_provider_t *p, const char *id, int signo, sbx_error_t *err)
   return r;
 }
 
+int sbx_metrics_of(sbx_provider_t *p, const char *id, struct sbx_metrics *m, sbx_error_t *err)
+{
+  memset(m, 0, sizeof *m);
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  struct sbx_instance in;
+  if (sbx__instance_load(&p->pool, id, &in, err) < 0)
+    return -1;
+  int r;
+  if (in.ops->metrics == NULL)
+    r = sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "metrics are not supported by the %s backend",
+                        in.meta.backend);
+  else if (in.ops->alive && !in.ops->alive(&in))
+    r = sbx__make_error(err, ESRCH, SBX_E_BACKEND, "sandbox %s: its init is gone", id);
+  else
+    r = in.ops->metrics(&in, m, err);
+  sbx__instance_free(&in);
+  return r;
+}
+
 int sbx_scope_to_id(const char *user, const char *thread, char out[17], sbx_error_t *err)
 {
   if (sbx__scope_check(user ? user : "default", thread, err) < 0)

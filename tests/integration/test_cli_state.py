@@ -195,7 +195,7 @@ def test_inspect_by_scope_and_by_id(sbx):
     assert p.stderr == b"sbx: thread nosuch (user default) has no sandbox\n"
     p = sbx.run("inspect", "0123456789abcdef", check=1)
     assert p.stderr == b"sbx: no sandbox 0123456789abcdef\n"
-    for verb in ("inspect", "kill", "pause", "unpause", "rm"):
+    for verb in ("inspect", "kill", "pause", "unpause", "rm", "stats"):
         p = sbx.run(verb, "--help", check=0)
         assert p.stdout.startswith(b"Usage: sbx " + verb.encode()), verb
 
@@ -255,3 +255,27 @@ def test_pause_and_unpause(sbx, tmp_path, manager):
     assert all(_state(p) != "T" for p in sleeps if p != held) and _state(pid) != "T"
     assert _state(held) == "T"
     assert sbx.sh("p", "echo after")["stdout"] == "after\n"
+
+
+def test_stats(sbx, tmp_path):
+    sbx.ok("exec", "-t", "s1", "--", "true")
+    sbx.ok("exec", "-t", "s2", "--", "true")
+    j = sbx.json("stats", "--json")["sandboxes"]
+    assert sorted(s["thread"] for s in j) == ["s1", "s2"], j
+    for s in j:  # root, a cgroup each: figures, within their limits
+        assert s["memory"] > 0 and s["memory_limit"] >= s["memory"] and s["cpus"] > 0, s
+        assert s["cpu_seconds"] >= 0, s
+    one = sbx.json("stats", "--json", "-t", "s1")["sandboxes"]
+    assert [s["thread"] for s in one] == ["s1"]
+    text = sbx.ok("stats")
+    assert text.startswith("ID ") and len(text.splitlines()) == 3, text
+    p = sbx.run("stats", "-t", "nosuch", check=1)
+    assert p.stderr == b"sbx: thread nosuch (user default) has no sandbox\n"
+    assert sbx.run("stats", "bad-id").returncode == 2
+    # no cgroup: "-" (null), not an error
+    cfg = tmp_path / "nocg.yaml"
+    cfg.write_text("sandbox:\n  cgroup_manager: none\n  cgroup_required: false\n")
+    sbx.config = str(cfg)
+    sbx.ok("exec", "-t", "s3", "--", "true")
+    [s3] = sbx.json("stats", "--json", "-t", "s3")["sandboxes"]
+    assert s3["memory"] is None and s3["cpus"] is None, s3
