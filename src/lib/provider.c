@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #define LOCK_POOL "pool"
+#define EVICTION_KEEP_S (7 * 24 * 3600.0) /* evicted/<id> records older than this: gc drops */
 
 const char *sbx_state_name(int state)
 {
@@ -803,6 +804,16 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
   }
   if (p->pool.ops->sweep)
     p->pool.ops->sweep();
+  /* an eviction nobody came back for in a week is not news any more */
+  struct sbx_eviction *ev;
+  size_t n_ev;
+  if (sbx_evictions(p, &ev, &n_ev, NULL) == 0) {
+    double now = sbx__realtime_sec();
+    for (size_t i = 0; i < n_ev; i++)
+      if (now - ev[i].time > EVICTION_KEEP_S)
+        sbx__evicted_remove(p->pool.home, ev[i].id);
+    sbx_evictions_free(ev, n_ev);
+  }
   return removed;
 }
 

@@ -124,6 +124,18 @@ def test_idle_reaper_eviction_is_reported(sbx, tmp_path):
     assert ev["thread"] == "idle" and "idle_timeout (1 s)" in ev["reason"], ev
     p = sbx.run("exec", "-t", "idle", "--", "true", check=0)
     assert b"thread idle (user default): its sandbox" in p.stderr and b"idle reaper" in p.stderr
+    # a record nobody came back for in a week is dropped by the reaper
+    time.sleep(2.5)
+    assert sbx.ok("gc") == "reaped 1 sandbox\n"
+    [ev] = sbx.json("ps", "--json")["evicted"]
+    path = os.path.join(sbx.home, "evicted", ev["id"])
+    with open(path) as f:
+        rec = json.load(f)
+    rec["time"] -= 8 * 86400
+    with open(path, "w") as f:
+        json.dump(rec, f)
+    sbx.ok("gc")
+    assert sbx.json("ps", "--json")["evicted"] == [] and not os.path.exists(path)
 
 
 def test_rm_data_removes_the_thread_folder(sbx):
