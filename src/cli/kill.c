@@ -53,15 +53,21 @@ int cmd_kill(struct cli *c, int argc, char **argv)
   if ((r = cli_open_existing(c)) != 0) {
     if (r != CLI_NO_HOME)
       return r;
-    fprintf(stderr, "sbx: no sandbox %s\n", id);
+    if (s.thread)
+      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
+    else
+      fprintf(stderr, "sbx: no sandbox %s\n", id);
     return EXIT_OP_ERROR;
   }
   sbx_error_t err = NULL;
   int n = sbx_kill(c->provider, id, signo, &err);
   if (n < 0) {
-    if (err->kind == SBX_E_NOT_FOUND && s.thread) {
+    if (err->kind == SBX_E_NOT_FOUND) {
       sbx_error_release(&err);
-      fprintf(stderr, "sbx: thread %s (user %s) has no running sandbox\n", s.thread, s.user);
+      if (s.thread)
+        fprintf(stderr, "sbx: thread %s (user %s) has no running sandbox\n", s.thread, s.user);
+      else
+        fprintf(stderr, "sbx: no running sandbox %s\n", id);
       return EXIT_OP_ERROR;
     }
     return cli_fail(&err);

@@ -232,6 +232,13 @@ def test_kill_signals_the_commands_and_keeps_the_sandbox(sbx):
         assert sbx.run("kill", "-s", bad, "-t", "k").returncode == 2
     p = sbx.run("kill", "-t", "none", check=1)
     assert p.stderr == b"sbx: thread none (user default) has no running sandbox\n"
+    p = sbx.run("kill", "0123456789abcdef", check=1)
+    assert p.stderr == b"sbx: no running sandbox 0123456789abcdef\n"
+    for verb in ("pause", "unpause"):
+        p = sbx.run(verb, "0123456789abcdef", check=1)
+        assert p.stderr == b"sbx: no sandbox 0123456789abcdef\n"
+        p = sbx.run(verb, "-t", "none", check=1)
+        assert p.stderr == b"sbx: thread none (user default) has no sandbox\n"
 
 
 @pytest.mark.parametrize("manager", ["auto", "none"])
