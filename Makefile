@@ -54,8 +54,11 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The main job: sbxd (OpenSandbox's HTTP APIs over sbx) in the foreground on the embedded default,
-# 127.0.0.1:8080 with the state in .sbx (SBXD_ARGS adds options, e.g. --api-key KEY).
+# 127.0.0.1:8080 with the state in sbx's default folder (/var/lib/sbx as root, $SBX_HOME if set;
+# SBXD_ARGS adds options, e.g. --api-key KEY or --home DIR). It says which folder it uses.
 run: deps build
+	@case " $(SBXD_ARGS) " in *" --home"*) echo "make run: state directory as given in SBXD_ARGS ($(SBXD_ARGS))";; \
+	  *) echo "make run: state directory $${SBX_HOME:-$$(if [ $$(id -u) = 0 ]; then echo /var/lib/sbx; else echo $${XDG_STATE_HOME:-$$HOME/.local/state}/sbx; fi)} (the CLI's default too; --home DIR in SBXD_ARGS or SBX_HOME to change)";; esac
 	exec ./$(BUILD)/sbxd $(SBXD_ARGS)
 
 # A short tour through the sbx CLI.

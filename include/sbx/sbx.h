@@ -111,6 +111,24 @@ SBX_PUBLIC int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t
 SBX_PUBLIC void sbx_sandbox_info_free(struct sbx_sandbox_info *infos, size_t n);
 SBX_PUBLIC const char *sbx_state_name(int state);
 
+/* A scope's sandbox the pool destroyed on its own (the replica cap made room for another, idle
+ * longer than idle_timeout, its init died, it failed its health check): kept until the scope's
+ * next acquire (which logs it once, as a warning) or sbx_eviction_forget. */
+struct sbx_eviction {
+  char id[17];
+  char *user, *thread;
+  double time; /* seconds since the epoch */
+  char *reason;
+};
+SBX_PUBLIC int sbx_evictions(sbx_provider_t *p, struct sbx_eviction **out, size_t *n,
+                             sbx_error_t *err);
+SBX_PUBLIC void sbx_evictions_free(struct sbx_eviction *v, size_t n);
+/* The eviction recorded for id into *ev (its strings freed by sbx_eviction_clear); 0, or -1 if
+ * there is none. With forget, the record is removed. */
+SBX_PUBLIC int sbx_eviction_take(sbx_provider_t *p, const char *id, struct sbx_eviction *ev,
+                                 bool forget);
+SBX_PUBLIC void sbx_eviction_clear(struct sbx_eviction *ev);
+
 /* ---- the contract ---- */
 
 struct sbx_exec_opts {
@@ -296,7 +314,12 @@ SBX_PUBLIC sbx_sandbox_t *sbx_open(sbx_provider_t *p, const char *id, sbx_error_
 /* The front-end's JSON object kept with the sandbox (malloc'ed; "{}" if none). */
 SBX_PUBLIC char *sbx_extra_get(sbx_provider_t *p, const char *id, sbx_error_t *err);
 SBX_PUBLIC int sbx_extra_set(sbx_provider_t *p, const char *id, const char *json, sbx_error_t *err);
-/* Freezes (cgroup freezer) or thaws every process of the sandbox. */
+/* Sends signo to every process of the sandbox but its init (its commands, background ones
+ * included; the sandbox stays). Returns how many processes got it. */
+SBX_PUBLIC int sbx_kill(sbx_provider_t *p, const char *id, int signo, sbx_error_t *err);
+/* Freezes (cgroup freezer) or thaws every process of the sandbox; where no freezer can be
+ * written (rootless without a delegated cgroup) the linux backend stops them with SIGSTOP and
+ * continues exactly those. */
 SBX_PUBLIC int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err);
 SBX_PUBLIC bool sbx_sandbox_managed(const sbx_sandbox_t *sb);
 /* Stores the sandbox's writable root as a new image NAME[:TAG] of the store, on top of the image
@@ -371,6 +394,9 @@ struct sbx_metrics {
   uint64_t mem_used;  /* bytes */
 };
 SBX_PUBLIC int sbx_metrics(sbx_sandbox_t *sb, struct sbx_metrics *m, sbx_error_t *err);
+/* The same for a sandbox of the pool by id, without taking hold of it (its idle time goes on). */
+SBX_PUBLIC int sbx_metrics_of(sbx_provider_t *p, const char *id, struct sbx_metrics *m,
+                              sbx_error_t *err);
 
 #ifdef __cplusplus
 }

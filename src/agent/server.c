@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 
@@ -161,6 +162,16 @@ static bool expired(const struct sbx_agent_opts *o)
   return true; /* keep the lock: we are about to exit */
 }
 
+/* True when the sandbox's state folder is gone (deleted by hand, or a test's temporary home):
+ * no front-end can find, list or destroy the sandbox any more, so it ends itself. The lease
+ * file is in that folder; once unlinked its link count is 0 (a rename, a spare's adoption,
+ * keeps it). */
+static bool orphaned(const struct sbx_agent_opts *o)
+{
+  struct stat st;
+  return o->lease_fd >= 0 && fstat(o->lease_fd, &st) == 0 && st.st_nlink == 0;
+}
+
 int sbx__agent_serve(const struct sbx_agent_opts *o)
 {
   sigset_t mask;
@@ -186,11 +197,10 @@ int sbx__agent_serve(const struct sbx_agent_opts *o)
   epoll_ctl(ep, EPOLL_CTL_ADD, o->listen_fd, &ev);
   epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev_sig);
   int tfd = -1;
-  if (o->idle_timeout_s > 0) {
+  {
+    /* the expiry's period, and at most 2 s for orphaned() */
     tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    time_t period = o->idle_timeout_s < 10 ? 1 : o->idle_timeout_s / 10;
-    if (period > 30)
-      period = 30;
+    time_t period = o->idle_timeout_s > 0 && o->idle_timeout_s < 10 ? 1 : 2;
     struct itimerspec its = {.it_interval = {period, 0}, .it_value = {period, 0}};
     if (tfd >= 0 && timerfd_settime(tfd, 0, &its, NULL) == 0)
       epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev_timer);
@@ -223,7 +233,7 @@ int sbx__agent_serve(const struct sbx_agent_opts *o)
       } else if (p == &ev_timer) {
         uint64_t ticks;
         (void) !read(tfd, &ticks, sizeof ticks);
-        if (expired(o))
+        if (expired(o) || orphaned(o))
           return 0; /* PID 1 exiting takes every process of the sandbox with it */
       } else {
         agent_exec_reap_background(p);

@@ -31,6 +31,11 @@ struct cli_verb {
 
 /* Loads the configuration and opens the pool (with a rate-limited reaper pass). */
 int cli_open(struct cli *c);
+/* For a verb that only reads (ps, images, gc): as cli_open where the state directory exists;
+ * where it does not, loads the configuration only, creates nothing and returns CLI_NO_HOME
+ * (the verb reports an empty pool). */
+#define CLI_NO_HOME (-3)
+int cli_open_existing(struct cli *c);
 /* After a verb, once c->provider is freed: if spares are configured and missing, starts a
  * detached process that makes them (the CLI does not wait for it). */
 void cli_refill_spares(struct cli *c, bool missing);
@@ -63,12 +68,20 @@ char *cli_join(int argc, char **argv, int from);
 /* Parses a verb's options: -t/-u (if s is non-NULL) and --help are handled here, the others
  * (extra, a NULL-terminated table whose short letters are in extra_short) go to on_opt, which
  * returns 0 or an exit status. Then exactly n_pos positionals must remain (-1: at least one,
- * the rest after "--"). Returns 0 to go on, CLI_DONE after --help, or an exit status. */
+ * the rest after "--"; -2: any number, the verb checks). Returns 0 to go on, CLI_DONE after --help,
+ * or an exit status. */
 #define CLI_DONE (-1)
 int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cli_scope *s,
               const struct option *extra, const char *extra_short,
               int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx), void *ctx,
               int n_pos);
+
+/* For a verb on one sandbox given by scope or by id: `-t THREAD [-u USER]` or one positional
+ * ID (16 hex digits); fills s (thread NULL when given by id) and id. Else as cli_parse. */
+int cli_parse_target(struct cli *c, int argc, char **argv, const char *usage,
+                     const struct option *extra, const char *extra_short,
+                     int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx), void *ctx,
+                     struct cli_scope *s, char id[17]);
 
 int cmd_exec(struct cli *c, int argc, char **argv);
 int cmd_run(struct cli *c, int argc, char **argv);
@@ -94,6 +107,11 @@ int cmd_pull(struct cli *c, int argc, char **argv);
 int cmd_attach(struct cli *c, int argc, char **argv);
 int cmd_net(struct cli *c, int argc, char **argv);
 int cmd_commit(struct cli *c, int argc, char **argv);
+int cmd_inspect(struct cli *c, int argc, char **argv);
+int cmd_kill(struct cli *c, int argc, char **argv);
+int cmd_pause(struct cli *c, int argc, char **argv);
+int cmd_unpause(struct cli *c, int argc, char **argv);
+int cmd_stats(struct cli *c, int argc, char **argv);
 
 /* Opens the pool, acquires the scope's sandbox, runs fn on it and releases it. fn returns an
  * exit status. */

@@ -10,7 +10,9 @@ static const char usage[] =
     "changed and deleted files) as one new layer on top of the image it was made from, under\n"
     "NAME[:TAG] (default tag: latest) in the store. The image keeps its parent's config (Env,\n"
     "Entrypoint, Cmd) and gets a history entry. A running sandbox is frozen while its root is\n"
-    "read, then thawed; it keeps running. /mnt/user-data, /tmp and /run are not part of the\n"
+    "read (its cgroup's freezer; where this user has none to write, e.g. rootless without a\n"
+    "delegated cgroup, each of its processes is stopped with SIGSTOP), then thawed; it keeps\n"
+    "running. /mnt/user-data, /tmp and /run are not part of the\n"
     "root and are not committed. Prints the new image's name and manifest digest.\n"
     "\n"
     "Refused for a sandbox of the `host` image (it has no writable root).\n";

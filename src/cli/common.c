@@ -88,6 +88,22 @@ int cli_open(struct cli *c)
   return 0;
 }
 
+int cli_open_existing(struct cli *c)
+{
+  struct stat st;
+  if (stat(c->home, &st) == 0 || errno != ENOENT)
+    return cli_open(c);
+  /* nothing to read and nothing to make: the configuration only (ps counts configured spares) */
+  sbx_set_log_handler(log_to_stderr, NULL);
+  sbx_error_t err = NULL;
+  if (c->cfg == NULL) {
+    c->cfg = c->config_path ? sbx_config_load(c->config_path, &err) : sbx_config_new_default();
+    if (c->cfg == NULL)
+      return cli_fail(&err);
+  }
+  return CLI_NO_HOME;
+}
+
 int cli_fail(sbx_error_t *err)
 {
   fprintf(stderr, "sbx: %s\n", err && *err ? (*err)->msg : "unknown error");
@@ -229,7 +245,7 @@ int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cl
     opts[n++] = *o;
   opts[n] = (struct option){NULL, 0, NULL, 0};
   cleanup_free char *shorts =
-      xasprintf("%sh%s%s", n_pos < 0 ? "+" : "", s ? "t:u:" : "", extra_short ? extra_short : "");
+      xasprintf("%sh%s%s", n_pos == -1 ? "+" : "", s ? "t:u:" : "", extra_short ? extra_short : "");
   optind = 0;
   opterr = 0;
   int ch;
@@ -256,7 +272,7 @@ int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cl
   int left = argc - optind;
   if (n_pos >= 0 && left != n_pos)
     return cli_usage_error(c, "expected %d argument%s, got %d", n_pos, n_pos == 1 ? "" : "s", left);
-  if (n_pos < 0 && left < 1) {
+  if (n_pos == -1 && left < 1) {
     const char *v = c->verb ? c->verb : "";
     return cli_usage_error(c, "%s",
                            strcmp(v, "net") == 0   ? "missing the command (show, allow, deny, rm "
@@ -264,5 +280,59 @@ int cli_parse(struct cli *c, int argc, char **argv, const char *usage, struct cl
                            : strcmp(v, "rmi") == 0 ? "missing IMAGE (one or more)"
                                                    : "missing COMMAND (after --)");
   }
+  return 0;
+}
+
+struct target_ctx {
+  struct cli_scope *s;
+  int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx);
+  void *ctx;
+};
+
+static int target_opt(struct cli *c, int ch, const char *arg, void *ctx)
+{
+  struct target_ctx *t = ctx;
+  if (ch == 't')
+    t->s->thread = arg;
+  else if (ch == 'u')
+    t->s->user = arg;
+  else
+    return t->on_opt ? t->on_opt(c, ch, arg, t->ctx) : cli_usage_error(c, "bad option");
+  return 0;
+}
+
+int cli_parse_target(struct cli *c, int argc, char **argv, const char *usage,
+                     const struct option *extra, const char *extra_short,
+                     int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx), void *ctx,
+                     struct cli_scope *s, char id[17])
+{
+  struct option opts[24];
+  size_t n = 0;
+  for (const struct option *o = extra; o && o->name && n < 21; o++)
+    opts[n++] = *o;
+  opts[n++] = (struct option){"thread", required_argument, NULL, 't'};
+  opts[n++] = (struct option){"user", required_argument, NULL, 'u'};
+  opts[n] = (struct option){NULL, 0, NULL, 0};
+  cleanup_free char *shorts = xasprintf("t:u:%s", extra_short ? extra_short : "");
+  struct target_ctx t = {s, on_opt, ctx};
+  int r = cli_parse(c, argc, argv, usage, NULL, opts, shorts, target_opt, &t, -2);
+  if (r != 0)
+    return r;
+  int left = argc - optind;
+  if (s->thread && left == 0) {
+    if (s->user == NULL)
+      s->user = "default";
+    sbx_error_t err = NULL;
+    if (sbx_scope_to_id(s->user, s->thread, id, &err) < 0)
+      return cli_fail(&err);
+    return 0;
+  }
+  if (s->thread || s->user || left != 1)
+    return cli_usage_error(c, "give the sandbox as -t THREAD [-u USER] or as its ID");
+  const char *a = argv[optind];
+  size_t len = strlen(a);
+  if (len != 16 || strspn(a, "0123456789abcdef") != 16)
+    return cli_usage_error(c, "not a sandbox id (16 hex digits): '%s'", a);
+  memcpy(id, a, 17);
   return 0;
 }

@@ -121,13 +121,14 @@ static int image_list(struct cli *c, int argc, char **argv)
   int r = cli_parse(c, argc, argv, usage_images, NULL, opts, "", flag_opt, &json, 0);
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
-  if ((r = cli_open(c)) != 0)
+  if ((r = cli_open_existing(c)) != 0 && r != CLI_NO_HOME)
     return r;
-  struct sbx_image_info *v;
-  size_t n;
+  struct sbx_image_info *v = NULL;
+  size_t n = 0;
   sbx_error_t err = NULL;
-  if (sbx__image_list(c->home, &v, &n, &err) < 0)
+  if (r == 0 && sbx__image_list(c->home, &v, &n, &err) < 0)
     return cli_fail(&err);
+  r = 0;
   if (json) {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)

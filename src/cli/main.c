@@ -20,7 +20,12 @@ static const struct cli_verb verbs[] = {
     {"grep", cmd_grep, "search file contents"},
     {"ps", cmd_ps, "list the sandboxes of the pool"},
     {"release", cmd_release, "park the scope's sandbox warm"},
-    {"rm", cmd_rm, "destroy the scope's sandbox"},
+    {"rm", cmd_rm, "destroy the scope's sandbox (--data: and its thread folder)"},
+    {"inspect", cmd_inspect, "print one sandbox's record as JSON (by scope or id)"},
+    {"kill", cmd_kill, "signal every process of a sandbox but its init"},
+    {"pause", cmd_pause, "freeze every process of a sandbox"},
+    {"unpause", cmd_unpause, "thaw a paused sandbox"},
+    {"stats", cmd_stats, "CPU and memory of the sandboxes (or of one), once"},
     {"net", cmd_net, "show or change the egress policy of the scope's sandbox"},
     {"gc", cmd_gc, "reap dead and idle sandboxes now"},
     {"down", cmd_down, "destroy every sandbox of the pool"},
@@ -42,8 +47,8 @@ static void usage(FILE *f)
         "warm between calls.\n"
         "\n"
         "Global options:\n"
-        "  --home DIR      state directory (default $SBX_HOME, else .sbx as root,\n"
-        "                  $XDG_STATE_HOME/sbx as a user)\n"
+        "  --home DIR      state directory (default $SBX_HOME, else " SBX_ROOT_HOME " as root,\n"
+        "                  $XDG_STATE_HOME/sbx (~/.local/state/sbx) as a user; made 0700)\n"
         "  --config FILE   configuration (default $SBX_HOME/config.yaml if present)\n"
         "  --help          this help; `sbx VERB --help` for a verb\n"
         "  --version       print the version\n"

@@ -12,7 +12,11 @@ static const char usage[] =
     "warm: parked; dead: its init is gone and the next gc cleans it up), host pid of its\n"
     "init, creation time, last use, idle seconds, memory and the pids holding it.\n"
     "With sandbox.spares set, a last line counts the spares ready (started ahead of time,\n"
-    "outside the pool; --json: \"spares\": {\"ready\", \"configured\"}).\n";
+    "outside the pool; --json: \"spares\": {\"ready\", \"configured\"}).\n"
+    "Then one line per scope whose sandbox the pool evicted (the replica cap made room for\n"
+    "another, the idle reaper, a dead init): thread, user, id, when and why (--json:\n"
+    "\"evicted\": [{id, user, thread, time, reason}]). The scope's next use reports it once\n"
+    "on stderr and starts a new sandbox; sbx rm -t THREAD forgets it.\n";
 
 static int on_opt(struct cli *c, int ch, const char *arg, void *ctx)
 {
@@ -36,13 +40,21 @@ int cmd_ps(struct cli *c, int argc, char **argv)
   int r = cli_parse(c, argc, argv, usage, NULL, opts, "", on_opt, &json, 0);
   if (r != 0)
     return r == CLI_DONE ? 0 : r;
-  if ((r = cli_open(c)) != 0)
+  if ((r = cli_open_existing(c)) != 0 && r != CLI_NO_HOME)
     return r;
-  struct sbx_sandbox_info *v;
-  size_t n;
+  struct sbx_sandbox_info *v = NULL;
+  size_t n = 0;
   sbx_error_t err = NULL;
-  if (sbx_list(c->provider, &v, &n, &err) < 0)
+  if (r == 0 && sbx_list(c->provider, &v, &n, &err) < 0)
     return cli_fail(&err);
+  r = 0;
+  int spares = c->provider ? sbx_spares_ready(c->provider) : 0;
+  struct sbx_eviction *ev = NULL;
+  size_t n_ev = 0;
+  if (c->provider && sbx_evictions(c->provider, &ev, &n_ev, &err) < 0) {
+    sbx_sandbox_info_free(v, n);
+    return cli_fail(&err);
+  }
   double now = sbx__realtime_sec();
   if (json) {
     json_t *arr = json_array();
@@ -61,9 +73,14 @@ int cmd_ps(struct cli *c, int argc, char **argv)
     }
     json_t *j = json_object();
     json_object_set_new(j, "sandboxes", arr);
+    json_t *evicted = json_array();
+    for (size_t i = 0; i < n_ev; i++)
+      json_array_append_new(evicted, json_pack("{s:s, s:s, s:s, s:f, s:s}", "id", ev[i].id, "user",
+                                               ev[i].user, "thread", ev[i].thread, "time",
+                                               ev[i].time, "reason", ev[i].reason));
+    json_object_set_new(j, "evicted", evicted);
     json_object_set_new(j, "spares",
-                        json_pack("{s:i, s:i}", "ready", sbx_spares_ready(c->provider),
-                                  "configured", c->cfg->spares));
+                        json_pack("{s:i, s:i}", "ready", spares, "configured", c->cfg->spares));
     r = cli_print_json(j);
   } else {
     printf("%-16s  %-12s  %-16s  %-6s  %-8s  %-20s  %-20s  %8s  %9s  %s\n", "ID", "USER", "THREAD",
@@ -83,10 +100,16 @@ int cmd_ps(struct cli *c, int argc, char **argv)
              now - v[i].last_used, mem, owners.len ? owners.data : "-");
       sbx__buf_free(&owners);
     }
-    int spares = sbx_spares_ready(c->provider);
     if (spares > 0 || c->cfg->spares > 0)
       printf("spares: %d (configured: %d)\n", spares, c->cfg->spares);
+    for (size_t i = 0; i < n_ev; i++) {
+      char when[32];
+      fmt_time(ev[i].time, when, sizeof when);
+      printf("evicted: thread %s (user %s), sandbox %s, at %s: %s\n", ev[i].thread, ev[i].user,
+             ev[i].id, when, ev[i].reason);
+    }
   }
+  sbx_evictions_free(ev, n_ev);
   sbx_sandbox_info_free(v, n);
   return r;
 }

@@ -316,15 +316,16 @@ const char *sbx__default_home(void)
   if (home)
     return home;
   if (geteuid() == 0)
-    return home = xstrdup(".sbx");
+    return home = xstrdup(SBX_ROOT_HOME);
   const char *xdg = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
   if (xdg && xdg[0] == '/')
     home = xasprintf("%s/sbx", xdg);
   else if (h && h[0] == '/')
     home = xasprintf("%s/.local/state/sbx", h);
   else
-    return home = xstrdup(".sbx"); /* no home to speak of: as root */
-  (void) sbx__mkdir_p(home, 0700); /* a failure shows at the first use, naming the folder */
+    return home = xstrdup(".sbx"); /* no home to speak of: the current folder's */
+  /* not made here: a verb that only reads (ps, doctor, config) creates nothing; the pool makes
+   * it 0700 at its first use (sbx__pool_open) */
   return home;
 }
 

@@ -110,8 +110,12 @@ int sbx__write_file_at(int dirfd, const char *path, const void *data, size_t len
 unsigned long long sbx__proc_start_time(long pid);
 
 int sbx__mkdir_p(const char *path, int mode); /* host paths only; -1 with errno */
-/* The state directory when neither --home nor $SBX_HOME names one: .sbx for root, else
- * $XDG_STATE_HOME/sbx (default ~/.local/state/sbx, made 0700 here if missing). */
+/* The state directory when neither --home nor $SBX_HOME names one: SBX_ROOT_HOME for root (a
+ * fixed system path, as Docker's /var/lib/docker), else $XDG_STATE_HOME/sbx (default
+ * ~/.local/state/sbx). Not created here: the pool makes it, 0700, at its first use. */
+#ifndef SBX_ROOT_HOME
+#define SBX_ROOT_HOME "/var/lib/sbx"
+#endif
 const char *sbx__default_home(void);
 int sbx__rm_rf_at(int dirfd, const char *name); /* no symlink following */
 /* A detached copy (open_tree OPEN_TREE_CLONE, close-on-exec) of the mount tree at path, reached

@@ -30,8 +30,9 @@ static void usage(FILE *f)
         "  --listen ADDR:PORT  address to listen on (default sbxd.listen, 127.0.0.1:8080; ADDR\n"
         "                      an IP address or localhost, which is 127.0.0.1); port 0 picks\n"
         "                      a free port (the 'listening' log line has it)\n"
-        "  --home DIR          state directory (default $SBX_HOME, else .sbx as root,\n"
-        "                      $XDG_STATE_HOME/sbx as a user)\n"
+        "  --home DIR          state directory (default $SBX_HOME, else " SBX_ROOT_HOME
+        " as root,\n"
+        "                      $XDG_STATE_HOME/sbx (~/.local/state/sbx) as a user)\n"
         "  --config FILE       configuration (default $SBX_HOME/config.yaml if present)\n"
         "  --api-key KEY       key clients must send as OPEN-SANDBOX-API-KEY (default\n"
         "                      sbxd.api_key, else $OPEN_SANDBOX_API_KEY); without a key sbxd\n"

@@ -32,6 +32,9 @@ struct sbx_backend_ops {
   /* The reclaim health check (DeerFlow's: run `true`, timeout_s budget). */
   int (*health)(struct sbx_instance *in, int timeout_s, sbx_error_t *err);
   int (*pause)(struct sbx_instance *in, bool paused, sbx_error_t *err);
+  /* Sends signo to every process of the sandbox but its init; returns how many got it.
+   * Optional. */
+  int (*kill)(struct sbx_instance *in, int signo, sbx_error_t *err);
   /* Called by release before the sandbox is parked, with locks/<id> held (so the next acquire
    * of the scope waits for it): the opensandbox backend copies the outputs home here. user_data
    * is the host thread folder (NULL for a throw-away or managed sandbox). Optional. */

@@ -274,8 +274,18 @@ int sbx__pool_reap(const struct sbx_pool *pool, sbx_error_t *err)
                !sbx__lease_held(pool->home, ids.v[i]) &&
                now - in.meta.last_used > (double) pool->cfg->idle_timeout)
         why = "idle";
-      if (why)
+      if (why) {
+        /* its init ends itself once idle that long (sbx-init's expiry): dead, but reaped */
+        bool idle = pool->cfg->idle_timeout > 0 && !in.meta.managed &&
+                    now - in.meta.last_used > (double) pool->cfg->idle_timeout;
+        cleanup_free char *reason =
+            !idle ? xstrdup("its init had died; the reaper cleaned it up")
+                  : xasprintf("idle reaper: unused for %.0f s, longer than "
+                              "sandbox.idle_timeout (%lld s)",
+                              now - in.meta.last_used, (long long) pool->cfg->idle_timeout);
+        sbx__evicted_write(pool->home, ids.v[i], in.meta.user, in.meta.thread, reason);
         sbx__instance_destroy(&in, NULL);
+      }
       sbx__instance_free(&in);
     }
     if (why) {

@@ -18,6 +18,7 @@
 #include "registry.h"
 #include "text.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #define LOCK_POOL "pool"
+#define EVICTION_KEEP_S (7 * 24 * 3600.0) /* evicted/<id> records older than this: gc drops */
 
 const char *sbx_state_name(int state)
 {
@@ -116,6 +118,7 @@ static void held_remove(struct sbx_provider_s *p, struct sbx_sandbox_s *sb)
 struct candidate {
   char id[SBX_ID_LEN + 1];
   double last_used;
+  char *user, *thread;
 };
 
 static int cmp_candidate(const void *a, const void *b)
@@ -160,6 +163,8 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
       count++;
       if (!held) {
         snprintf(warm[n_warm].id, sizeof warm[n_warm].id, "%s", ids.v[i]);
+        warm[n_warm].user = steal_pointer(&in.meta.user);
+        warm[n_warm].thread = steal_pointer(&in.meta.thread);
         warm[n_warm++].last_used = in.meta.last_used;
       }
     }
@@ -179,6 +184,12 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
           sbx__log(SBX_LOG_WARNING, "evicting sandbox %s: %s", warm[i].id, derr->msg);
           sbx_error_release(&derr);
         } else {
+          /* the CLI user is told: at the scope's next use, and in sbx ps */
+          cleanup_free char *why = xasprintf(
+              "replica cap: sandbox.replicas is %d and sandbox %s needed a slot; this warm one "
+              "was idle longest (%.0f s)",
+              p->pool.cfg->replicas, creating, sbx__realtime_sec() - warm[i].last_used);
+          sbx__evicted_write(p->pool.home, warm[i].id, warm[i].user, warm[i].thread, why);
           sbx__log(SBX_LOG_INFO, "destroyed warm sandbox %s (replica_enforcement)", warm[i].id);
           sbx__lock_drop(p->pool.home, warm[i].id, steal_fd(&fd));
         }
@@ -192,6 +203,10 @@ static void enforce_cap(struct sbx_provider_s *p, const char *creating)
                "All %d replica slots are in active use; creating sandbox %s beyond the soft "
                "limit",
                p->pool.cfg->replicas, creating);
+  }
+  for (size_t i = 0; i < n_warm; i++) {
+    free(warm[i].user);
+    free(warm[i].thread);
   }
   free(warm);
   sbx__strv_free(&ids);
@@ -399,6 +414,16 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
 {
   struct sbx_instance in;
   sbx_error_t lerr = NULL;
+  struct sbx_eviction ev;
+  if (sbx__evicted_read(p->pool.home, id, &ev) == 0) {
+    /* reported once, where the user of the scope looks (the CLI prints warnings on stderr) */
+    sbx__log(SBX_LOG_WARNING,
+             "thread %s (user %s): its sandbox %s was evicted %.0f s ago (%s); starting a new "
+             "one: /mnt/user-data is kept, /tmp and background processes are gone",
+             ev.thread, ev.user, id, sbx__realtime_sec() - ev.time, ev.reason);
+    sbx_eviction_clear(&ev);
+    sbx__evicted_remove(p->pool.home, id);
+  }
   if (sbx__instance_load(&p->pool, id, &in, &lerr) < 0) {
     bool missing = lerr->kind == SBX_E_NOT_FOUND;
     sbx_error_release(&lerr);
@@ -428,7 +453,10 @@ static struct sbx_sandbox_s *reclaim_or_create(struct sbx_provider_s *p, const c
     return NULL;
   }
   if (!in.ops->alive(&in)) {
-    sbx__log(SBX_LOG_INFO, "sandbox %s is dead; creating a replacement", id);
+    sbx__log(SBX_LOG_WARNING,
+             "thread %s (user %s): its sandbox %s had died (its init is gone); starting a new "
+             "one: /mnt/user-data is kept, /tmp and background processes are gone",
+             thread, user, id);
     sbx__instance_destroy(&in, NULL);
     sbx__instance_free(&in);
     return create(p, id, user, thread, NULL, err);
@@ -742,6 +770,7 @@ static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
   in.ops = sbx__backend_find(m->backend);
   if (in.ops == NULL || in.ops->pause == NULL)
     return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
+  cleanup_free char *dir = in.dir = sbx__state_dir(p->pool.home, m->id);
   if (in.ops->pause(&in, paused, err) < 0)
     return -1;
   m->paused = paused;
@@ -757,6 +786,46 @@ int sbx_pause(sbx_provider_t *p, const char *id, bool paused, sbx_error_t *err)
   if (sb)
     sb->in.meta.paused = paused;
   pthread_mutex_unlock(&p->lock);
+  return r;
+}
+
+int sbx_kill(sbx_provider_t *p, const char *id, int signo, sbx_error_t *err)
+{
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  int lock = sbx__lock_take(p->pool.home, id, true, false, err);
+  if (lock < 0)
+    return -1;
+  struct sbx_instance in;
+  int r = sbx__instance_load(&p->pool, id, &in, err);
+  if (r == 0) {
+    r = in.ops->kill
+            ? in.ops->kill(&in, signo, err)
+            : sbx__make_error(err, 0, SBX_E_UNSUPPORTED,
+                              "signals are not supported by the %s backend", in.meta.backend);
+    sbx__instance_free(&in);
+  }
+  close(lock);
+  return r;
+}
+
+int sbx_metrics_of(sbx_provider_t *p, const char *id, struct sbx_metrics *m, sbx_error_t *err)
+{
+  memset(m, 0, sizeof *m);
+  if (!sbx__id_valid(id))
+    return sbx__make_error(err, 0, SBX_E_NOT_FOUND, "no sandbox %s", id ? id : "");
+  struct sbx_instance in;
+  if (sbx__instance_load(&p->pool, id, &in, err) < 0)
+    return -1;
+  int r;
+  if (in.ops->metrics == NULL)
+    r = sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "metrics are not supported by the %s backend",
+                        in.meta.backend);
+  else if (in.ops->alive && !in.ops->alive(&in))
+    r = sbx__make_error(err, ESRCH, SBX_E_BACKEND, "sandbox %s: its init is gone", id);
+  else
+    r = in.ops->metrics(&in, m, err);
+  sbx__instance_free(&in);
   return r;
 }
 
@@ -863,6 +932,16 @@ int sbx_gc(sbx_provider_t *p, sbx_error_t *err)
   }
   if (p->pool.ops->sweep)
     p->pool.ops->sweep();
+  /* an eviction nobody came back for in a week is not news any more */
+  struct sbx_eviction *ev;
+  size_t n_ev;
+  if (sbx_evictions(p, &ev, &n_ev, NULL) == 0) {
+    double now = sbx__realtime_sec();
+    for (size_t i = 0; i < n_ev; i++)
+      if (now - ev[i].time > EVICTION_KEEP_S)
+        sbx__evicted_remove(p->pool.home, ev[i].id);
+    sbx_evictions_free(ev, n_ev);
+  }
   return removed;
 }
 
@@ -903,6 +982,54 @@ int sbx_list(sbx_provider_t *p, struct sbx_sandbox_info **out, size_t *n, sbx_er
   sbx__strv_free(&ids);
   *out = v;
   *n = k;
+  return 0;
+}
+
+int sbx_evictions(sbx_provider_t *p, struct sbx_eviction **out, size_t *n, sbx_error_t *err)
+{
+  *out = NULL;
+  *n = 0;
+  cleanup_free char *dir = xasprintf("%s/evicted", p->pool.home);
+  cleanup_dir DIR *d = opendir(dir);
+  if (d == NULL)
+    return errno == ENOENT ? 0 : sbx__make_error(err, errno, SBX_E_IO, "list `%s`", dir);
+  struct sbx_eviction *v = NULL;
+  size_t k = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    struct sbx_eviction ev;
+    if (!sbx__id_valid(de->d_name) || sbx__evicted_read(p->pool.home, de->d_name, &ev) < 0)
+      continue;
+    if (k == cap)
+      v = xreallocarray(v, cap = cap ? 2 * cap : 8, sizeof *v);
+    v[k++] = ev;
+  }
+  *out = v;
+  *n = k;
+  return 0;
+}
+
+void sbx_eviction_clear(struct sbx_eviction *ev)
+{
+  free(ev->user);
+  free(ev->thread);
+  free(ev->reason);
+  memset(ev, 0, sizeof *ev);
+}
+
+void sbx_evictions_free(struct sbx_eviction *v, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    sbx_eviction_clear(&v[i]);
+  free(v);
+}
+
+int sbx_eviction_take(sbx_provider_t *p, const char *id, struct sbx_eviction *ev, bool forget)
+{
+  if (sbx__evicted_read(p->pool.home, id, ev) < 0)
+    return -1;
+  if (forget)
+    sbx__evicted_remove(p->pool.home, id);
   return 0;
 }
 

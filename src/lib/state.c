@@ -401,3 +401,57 @@ char *sbx__thread_dir_ensure(const char *home, const char *user, const char *thr
   }
   return xasprintf("%s/users/%s/threads/%s/user-data", home, user, thread);
 }
+
+/* ---- evictions: a scope's sandbox destroyed by the pool, not by its user ---- */
+
+int sbx__evicted_write(const char *home, const char *id, const char *user, const char *thread,
+                       const char *reason)
+{
+  if (thread == NULL)
+    return 0; /* a throw-away or managed sandbox: no scope to tell */
+  cleanup_free char *dir = xasprintf("%s/evicted", home);
+  if (sbx__mkdir_p(dir, 0700) < 0)
+    return -1;
+  json_t *o = json_pack("{s:s, s:s, s:s, s:f, s:s}", "id", id, "user", user ? user : "default",
+                        "thread", thread, "time", sbx__realtime_sec(), "reason", reason);
+  char *text = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (text == NULL)
+    return -1;
+  cleanup_free char *path = xasprintf("%s/%s", dir, id);
+  int r = sbx__write_file_at(AT_FDCWD, path, text, strlen(text), 0600, false);
+  free(text);
+  return r;
+}
+
+int sbx__evicted_read(const char *home, const char *id, struct sbx_eviction *ev)
+{
+  memset(ev, 0, sizeof *ev);
+  if (!sbx__id_valid(id))
+    return -1;
+  cleanup_free char *path = xasprintf("%s/evicted/%s", home, id);
+  cleanup_free char *text = NULL;
+  if (sbx__read_file_at(AT_FDCWD, path, 65536, &text, NULL) < 0)
+    return -1;
+  json_t *o = json_loads(text, 0, NULL);
+  const char *user = json_string_value(json_object_get(o, "user"));
+  const char *thread = json_string_value(json_object_get(o, "thread"));
+  const char *reason = json_string_value(json_object_get(o, "reason"));
+  if (thread == NULL) {
+    json_decref(o);
+    return -1;
+  }
+  snprintf(ev->id, sizeof ev->id, "%s", id);
+  ev->user = xstrdup(user ? user : "default");
+  ev->thread = xstrdup(thread);
+  ev->reason = xstrdup(reason ? reason : "unknown");
+  ev->time = json_number_value(json_object_get(o, "time"));
+  json_decref(o);
+  return 0;
+}
+
+void sbx__evicted_remove(const char *home, const char *id)
+{
+  cleanup_free char *path = xasprintf("%s/evicted/%s", home, id);
+  unlink(path);
+}

@@ -18,6 +18,9 @@
  *   $home/locks/<id>            flock(LOCK_EX) while a sandbox is created, checked or destroyed
  *   $home/locks/pool            flock(LOCK_EX) around creation (replica cap)
  *   $home/users/<user>/threads/<thread>/user-data/{workspace,uploads,outputs}
+ *   $home/evicted/<id>          JSON: a scope's sandbox the pool destroyed (replica cap, idle,
+ *                               dead, failed check): user, thread, time, reason; reported once
+ *                               by the scope's next acquire, listed by sbx ps
  */
 struct sbx_meta {
   char id[SBX_ID_LEN + 1];
@@ -47,6 +50,12 @@ struct sbx_meta {
 
 void sbx__meta_free(struct sbx_meta *m);
 char *sbx__state_dir(const char *home, const char *id);
+/* Evictions (struct sbx_eviction, sbx.h): written when the pool destroys a scope's sandbox
+ * (thread NULL: nothing written), read and removed by id. read: 0, or -1 if there is none. */
+int sbx__evicted_write(const char *home, const char *id, const char *user, const char *thread,
+                       const char *reason);
+int sbx__evicted_read(const char *home, const char *id, struct sbx_eviction *ev);
+void sbx__evicted_remove(const char *home, const char *id);
 int sbx__meta_read(const char *home, const char *id, struct sbx_meta *m, sbx_error_t *err);
 int sbx__meta_write(const char *home, const struct sbx_meta *m, sbx_error_t *err);
 /* Ids of every sandbox directory in the pool. */

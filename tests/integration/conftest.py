@@ -12,6 +12,9 @@ import uuid
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import leakcheck  # noqa: E402  (tests/leakcheck.py)
+
 SOURCE = os.environ.get("SBX_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SBX_BUILD") or os.path.join(SOURCE, "build")
 SBX = os.path.join(BUILD, "sbx")
@@ -53,6 +56,19 @@ def idmap_blocker(path):
 def pytest_configure(config):
     config.addinivalue_line("markers", "idmap: needs a tests' folder that can be idmapped "
                             "(skipped, naming why, where it cannot)")
+
+
+@pytest.fixture(autouse=True)
+def _no_sandbox_outlives_the_test(request, tmp_path):
+    """Fails the test if a sandbox it started (one whose state directory is below its tmp_path)
+    still runs once its fixtures are torn down (this fixture is set up first, so it is torn
+    down last); the leftovers are killed."""
+    before = leakcheck.sandbox_inits(tmp_path)
+    yield
+    left = leakcheck.check(tmp_path, before)
+    if left:
+        pytest.fail("%d sandbox(es) outlived the test (killed now): %s" % (
+            len(left), ", ".join("pid %d (%s)" % kv for kv in sorted(left.items()))))
 
 
 @pytest.fixture(autouse=True)

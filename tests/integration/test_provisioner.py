@@ -139,7 +139,15 @@ class Server:
         assert set(j) == {"sandbox_id", "sandbox_url", "status"} and j["status"] == "Running", j
         return Aio(j["sandbox_url"])
 
-    def stop(self):
+    def down(self):
+        """sbxd leaves its sandboxes running when it stops (for its next start): a test ends
+        them itself (tests/leakcheck.py)"""
+        subprocess.run([os.path.join(os.path.dirname(SBXD), "sbx"), "--home", self.home, "down"],
+                       capture_output=True, timeout=120)
+
+    def stop(self, down=False):
+        if down:
+            self.down()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
@@ -190,7 +198,7 @@ def server(tmp_path, state):
                DEER_FLOW_HOST_BASE_DIR=str(state))
     s = Server(tmp_path / "home", env)
     yield s
-    s.stop()
+    s.stop(down=True)
 
 
 # ---- the provisioner API ----
@@ -349,7 +357,7 @@ def test_scope_folder_without_threads_host_path(tmp_path):
         logged = [l for l in s.logs if "refused" in l.get("msg", "")]
         assert logged and "set DEER_FLOW_HOST_BASE_DIR" in logged[-1]["msg"], s.logs
     finally:
-        s.stop()
+        s.stop(down=True)
 
 
 def test_state_root_from_threads_host_path(tmp_path, state):
@@ -490,7 +498,7 @@ def test_sbxd_restart_keeps_sandboxes(tmp_path, state):
         assert b.prefix == a.prefix  # the same sandbox, the same token
         assert b.sh("echo $KEEP; pwd")["output"] == "1\n/tmp\n"
     finally:
-        s.stop()
+        s.stop(down=True)
 
 
 # ---- the AIO API ----

@@ -760,7 +760,9 @@ def test_sbxd_image_uri_pulls_with_image_auth(sbxd, registry, tmp_path, monkeypa
 
 
 @pytest.mark.idmap
-def test_config_registries_and_mirrors(make_sbx, registry, tmp_path, monkeypatch):
+def test_config_registries_and_mirrors(monkeypatch, make_sbx, registry, tmp_path):
+    # monkeypatch first: set up before make_sbx, undone after its `down`, whose configuration
+    # reads $SBX_TEST_REG_PW (undone first, the down failed and the sandbox outlived the test)
     monkeypatch.delenv("SBX_PULL", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SBX_TEST_REG_PW", "s3cret")

@@ -474,13 +474,17 @@ def test_commit_as_a_user(user):
     r = user.sh("cm", "mkdir /opt && echo c > /opt/f && chown 1000:1000 /opt/f; rm /bin/cat; "
                 "rm -r /home/user && mkdir /home/user && echo n > /home/user/n", image="rl:c")
     assert r["exit_code"] == 0, r
-    # live, commit freezes the sandbox (a freezer cgroup the user may lack here): stopped, it
-    # reads the upper as it is
-    pid = [s["pid"] for s in json.loads(user.ok("ps", "--json"))["sandboxes"]
-           if s["thread"] == "cm"][0]
-    os.kill(pid, 9)
+    # live: commit pauses the sandbox, with its cgroup's freezer where the user has one, else
+    # (no delegated cgroup here, issue 35) by stopping its processes; they go on after
+    r = user.sh("cm", "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done' "
+                "</dev/null >/dev/null 2>&1 &")
+    assert r["exit_code"] == 0, r
     out = user.ok("commit", "-t", "cm", "rl:c2")
     assert out.startswith("rl:c2 sha256:"), out
+    a = user.sh("cm", "cat /tmp/tick; sleep 0.5; cat /tmp/tick")["stdout"].split()
+    assert len(a) == 2 and a[0] != a[1], a  # the loop runs again
+    assert [s for s in json.loads(user.ok("ps", "--json"))["sandboxes"]
+            if s["thread"] == "cm"][0]["paused"] is False
     user.ok("rm", "-t", "cm")
     r = user.sh("cm2", "stat -c %u:%g /opt/f; test -e /bin/cat; echo cat=$?; ls -A /home/user",
                 image="rl:c2")

@@ -7,8 +7,12 @@ collected in one run, `from conftest import ...` in either resolves to this modu
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import leakcheck  # noqa: E402  (tests/leakcheck.py)
 
 import sbxsec
 from sbxsec import BUILD, SBX, SOURCE, Sbx, thread_dir  # noqa: F401  (re-exported, see above)
@@ -27,6 +31,19 @@ def _cleanup(s):
     finally:
         # a test may leave trees deeper than Python's recursion limit: GNU rm copes
         subprocess.run(["rm", "-rf", "--one-file-system", s.home], check=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_sandbox_outlives_the_test(request, tmp_path):
+    """Fails the test if a sandbox it started (one whose state directory is below its tmp_path)
+    still runs once its fixtures are torn down (this fixture is set up first, so it is torn
+    down last); the leftovers are killed."""
+    before = leakcheck.sandbox_inits(tmp_path)
+    yield
+    left = leakcheck.check(tmp_path, before)
+    if left:
+        pytest.fail("%d sandbox(es) outlived the test (killed now): %s" % (
+            len(left), ", ".join("pid %d (%s)" % kv for kv in sorted(left.items()))))
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@
 #include "../../../lib/image/image.h"
 #include "../../../lib/image/registry.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -466,15 +468,203 @@ static int64_t linux_memory(struct sbx_instance *in)
   return m;
 }
 
+struct proc_entry {
+  long pid, ppid;
+  char state;
+};
+
+/* Every process on the host (pid, parent, state) from /proc/PID/stat, which needs no privilege
+ * over the processes (a sandbox's init is not dumpable). */
+static size_t proc_table(struct proc_entry **out)
+{
+  *out = NULL;
+  cleanup_dir DIR *d = opendir("/proc");
+  if (d == NULL)
+    return 0;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] < '1' || de->d_name[0] > '9')
+      continue;
+    cleanup_free char *path = xasprintf("/proc/%s/stat", de->d_name);
+    cleanup_free char *text = NULL;
+    if (sbx__read_file_at(AT_FDCWD, path, 4096, &text, NULL) < 0)
+      continue;
+    char *rp = strrchr(text, ')');
+    char st;
+    long ppid;
+    if (rp == NULL || sscanf(rp + 1, " %c %ld", &st, &ppid) != 2)
+      continue;
+    if (n == cap)
+      *out = xreallocarray(*out, cap = cap ? 2 * cap : 512, sizeof **out);
+    (*out)[n++] = (struct proc_entry){strtol(de->d_name, NULL, 10), ppid, st};
+  }
+  return n;
+}
+
+/* The sandbox's processes but its init: the init's descendants (an orphan inside is
+ * re-parented to the init, never out of the sandbox). *states gets each one's state letter. */
+static size_t descendants(long init, long **pids, char **states)
+{
+  struct proc_entry *t;
+  size_t n = proc_table(&t), k = 0;
+  *pids = xreallocarray(NULL, n + 1, sizeof **pids);
+  *states = xreallocarray(NULL, n + 1, 1);
+  (*pids)[0] = init;
+  (*states)[k++] = 'S';
+  /* breadth first over a flat table: each process has one parent, so it is found once */
+  for (size_t i = 0; i < k; i++)
+    for (size_t j = 0; j < n && k <= n; j++)
+      if (t[j].ppid == (*pids)[i] && t[j].pid != init) {
+        (*pids)[k] = t[j].pid;
+        (*states)[k++] = t[j].state;
+      }
+  /* drop the init itself (index 0) */
+  for (size_t i = 0; i + 1 < k; i++) {
+    (*pids)[i] = (*pids)[i + 1];
+    (*states)[i] = (*states)[i + 1];
+  }
+  free(t);
+  return k - 1;
+}
+
+static int linux_kill(struct sbx_instance *in, int signo, sbx_error_t *err)
+{
+  if (!linux_alive(in))
+    return sbx__make_error(err, ESRCH, SBX_E_NOT_FOUND, "sandbox %s: its init is gone",
+                           in->meta.id);
+  /* a few passes: a process forked between the listing and the signal gets it on the next */
+  size_t sent = 0;
+  for (int pass = 0; pass < (signo == SIGKILL ? 20 : 1); pass++) {
+    cleanup_free long *pids = NULL;
+    cleanup_free char *states = NULL;
+    size_t n = descendants(in->meta.pid, &pids, &states);
+    if (n == 0)
+      break;
+    for (size_t i = 0; i < n; i++)
+      if (states[i] != 'Z' && kill((pid_t) pids[i], signo) == 0)
+        sent++;
+    if (signo == SIGKILL)
+      usleep(5000);
+  }
+  return (int) (sent > INT_MAX ? INT_MAX : sent);
+}
+
+/* Pause without a freezer (rootless without a delegated cgroup): SIGSTOP to the init first
+ * (it then starts nothing), then to its descendants until a pass finds none running (a fork
+ * between two passes is caught by the next). What it stopped is listed in STATE/stopped, and
+ * the thaw continues exactly those (a process stopped before, by a job control ^Z, stays
+ * stopped). A stopped process's parent may notice (waitpid WUNTRACED), as under docker's
+ * cgroup-v1 freezer it would not: good enough for commit's consistent copy. */
+static int signal_pause(struct sbx_instance *in, bool paused, const char *why, sbx_error_t *err)
+{
+  cleanup_free char *list = xasprintf("%s/stopped", in->dir);
+  if (!paused) {
+    cleanup_free char *text = NULL;
+    if (sbx__read_file_at(AT_FDCWD, list, 1 << 22, &text, NULL) < 0)
+      return 0; /* nothing stopped by us */
+    long init = 0;
+    unsigned long long start;
+    for (char *line = text, *next; line && *line; line = next) {
+      next = strchr(line, '\n');
+      if (next)
+        *next++ = '\0';
+      long pid;
+      if (sscanf(line, "%ld %llu", &pid, &start) != 2)
+        continue;
+      if (sbx__proc_start_time(pid) != start)
+        continue; /* gone, its pid reused */
+      if (init == 0) {
+        init = pid; /* first line: continued last */
+        continue;
+      }
+      kill((pid_t) pid, SIGCONT);
+    }
+    if (init > 0)
+      kill((pid_t) init, SIGCONT);
+    unlink(list);
+    return 0;
+  }
+  if (!linux_alive(in))
+    return sbx__make_error(err, ESRCH, SBX_E_NOT_FOUND, "sandbox %s: its init is gone",
+                           in->meta.id);
+  sbx_buf_t b = {0};
+  sbx_strv_t done = {0};
+  if (kill((pid_t) in->meta.pid, SIGSTOP) < 0) {
+    int e = errno;
+    sbx__buf_free(&b);
+    return sbx__make_error(err, e, SBX_E_UNSUPPORTED,
+                           "sandbox %s: no freezer cgroup it can use (%s), and its processes "
+                           "cannot be stopped instead",
+                           in->meta.id, why);
+  }
+  sbx__buf_printf(&b, "%ld %llu\n", in->meta.pid, in->meta.pid_start);
+  bool settled = false;
+  for (int pass = 0; pass < 200 && !settled; pass++) {
+    cleanup_free long *pids = NULL;
+    cleanup_free char *states = NULL;
+    size_t n = descendants(in->meta.pid, &pids, &states);
+    settled = true;
+    for (size_t i = 0; i < n; i++) {
+      char key[32];
+      snprintf(key, sizeof key, "%ld", pids[i]);
+      bool ours = false;
+      for (size_t k = 0; k < done.n && !ours; k++)
+        ours = strcmp(done.v[k], key) == 0;
+      if (states[i] == 'Z' || states[i] == 'X')
+        continue;
+      if (ours) {
+        if (states[i] != 'T' && states[i] != 't')
+          settled = false; /* the stop is on its way */
+        continue;
+      }
+      if (states[i] == 'T' || states[i] == 't')
+        continue; /* stopped already, not by us: left as it is on thaw */
+      unsigned long long start = sbx__proc_start_time(pids[i]);
+      if (start && kill((pid_t) pids[i], SIGSTOP) == 0) {
+        sbx__strv_push(&done, key);
+        sbx__buf_printf(&b, "%ld %llu\n", pids[i], start);
+        settled = false;
+      }
+    }
+    if (!settled)
+      usleep(1000);
+  }
+  size_t stopped = done.n + 1;
+  sbx__strv_free(&done);
+  int r = sbx__write_file_at(AT_FDCWD, list, b.data ? b.data : "", b.len, 0600, false);
+  sbx__buf_free(&b);
+  if (r < 0 || !settled) {
+    int e = r < 0 ? errno : 0;
+    signal_pause(in, false, why, NULL);
+    return sbx__make_error(err, e, SBX_E_INTERNAL,
+                           r < 0 ? "sandbox %s: record stopped processes in `%s`"
+                                 : "sandbox %s: its processes did not all stop (%s)",
+                           in->meta.id, r < 0 ? list : "they keep forking");
+  }
+  sbx__log(SBX_LOG_INFO, "sandbox %s paused by SIGSTOP to its %zu processes (no freezer: %s)",
+           in->meta.id, stopped, why);
+  return 0;
+}
+
 static int linux_pause(struct sbx_instance *in, bool paused, sbx_error_t *err)
 {
-  if (in->meta.cgroups == NULL)
-    return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "sandbox %s has no cgroup", in->meta.id);
-  struct sbx_cgroup cg;
-  sbx__cgroup_parse(in->meta.cgroups, &cg);
-  int r = sbx__cgroup_freeze(&cg, paused, err);
+  struct sbx_cgroup cg = {0};
+  if (in->meta.cgroups)
+    sbx__cgroup_parse(in->meta.cgroups, &cg);
+  if (in->meta.cgroups && cg.path[SBX_CG_FREEZER]) {
+    int r = sbx__cgroup_freeze(&cg, paused, err);
+    sbx__cgroup_free(&cg);
+    return r;
+  }
+  /* no freezer this user may write (rootless without a delegated cgroup, a v1 host without
+   * the freezer): stop the processes instead */
+  cleanup_free char *why =
+      cg.none
+          ? xasprintf("it runs without a cgroup: %s", cg.none)
+          : xstrdup(in->meta.cgroups ? "its cgroup has no freezer controller" : "it has no cgroup");
   sbx__cgroup_free(&cg);
-  return r;
+  return signal_pause(in, paused, why, err);
 }
 
 static int linux_upper(struct sbx_instance *in, char **dir, uint32_t *uid_base, uint32_t *uid_count,
@@ -510,6 +700,7 @@ const struct sbx_backend_ops sbx__backend_linux = {
     .ping = linux_ping,
     .sweep = linux_sweep,
     .pause = linux_pause,
+    .kill = linux_kill,
     .upper = linux_upper,
     .adopt = linux_adopt,
     .exec = sbx__agent_exec,

@@ -290,10 +290,16 @@ static void check_rootless(struct report *r, const char *home)
   if (h == NULL || *h == '\0')
     h = sbx__default_home();
   struct statvfs v;
-  if (statvfs(h, &v) == 0) {
+  /* not made yet (sbx makes it at first use): the file system it would be made on */
+  cleanup_free char *at = xstrdup(h);
+  int rc;
+  while ((rc = statvfs(at, &v)) < 0 && errno == ENOENT && strrchr(at, '/') > at)
+    *strrchr(at, '/') = '\0';
+  if (rc == 0) {
     bool noexec = v.f_flag & ST_NOEXEC;
     line(r, noexec ? WARN : OK, "state",
-         "--home (or $SBX_HOME) on a file system mounted without noexec", "%s%s%s", h,
+         "--home (or $SBX_HOME) on a file system mounted without noexec", "%s%s%s%s", h,
+         strcmp(at, h) != 0 ? " (not made yet)" : "",
          noexec ? " is on a noexec mount: programs in /mnt/user-data cannot run" : "",
          v.f_flag & ST_NOSUID ? " (nosuid: fine, sandbox mounts are nosuid anyway)" : "");
   } else {
