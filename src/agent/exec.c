@@ -751,22 +751,47 @@ static int run_background(struct agent_conn *c, struct exec_req *r, const char *
   return agent_reply_ok(c, NULL);
 }
 
+/* Background command e has ended with si (table_lock held). */
+static void finish(struct cmd *e, const siginfo_t *si)
+{
+  if (e->pidfd >= 0) {
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, e->pidfd, NULL);
+    close(e->pidfd);
+    e->pidfd = -1;
+  }
+  e->running = false;
+  e->exit_code = exit_code_of(si);
+  e->finished_ms = sbx__realtime_ms();
+}
+
+/* Records the end of background command e if it has exited (table_lock held). */
+static void reap_if_exited(struct cmd *e)
+{
+  siginfo_t si = {0};
+  if (e->pidfd >= 0 && waitid(P_PIDFD, (id_t) e->pidfd, &si, WEXITED | WNOHANG | __WALL) == 0 &&
+      si.si_pid != 0)
+    finish(e, &si);
+}
+
+void agent_exec_reaped(const siginfo_t *si)
+{
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = 0; i < MAX_CMDS; i++)
+    if (table[i].used && table[i].background && table[i].running && table[i].pid == si->si_pid) {
+      finish(&table[i], si);
+      break;
+    }
+  pthread_mutex_unlock(&table_lock);
+}
+
 /* Main loop callback: a background command exited or wrote output. */
 void agent_exec_reap_background(void *cookie)
 {
   struct cookie *k = cookie;
   struct cmd *e = k->cmd;
   pthread_mutex_lock(&table_lock);
-  if (k->kind == COOKIE_PID && e->pidfd >= 0) {
-    siginfo_t si = {0};
-    if (waitid(P_PIDFD, (id_t) e->pidfd, &si, WEXITED | WNOHANG | __WALL) == 0 && si.si_pid) {
-      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, e->pidfd, NULL);
-      close(e->pidfd);
-      e->pidfd = -1;
-      e->running = false;
-      e->exit_code = exit_code_of(&si);
-      e->finished_ms = sbx__realtime_ms();
-    }
+  if (k->kind == COOKIE_PID) {
+    reap_if_exited(e);
   } else if (k->kind == COOKIE_OUT && e->out_fd >= 0) {
     char buf[65536];
     ssize_t n = read(e->out_fd, buf, sizeof buf);
@@ -854,6 +879,8 @@ int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len)
   sbx_tlv_writer_t w = {0};
   pthread_mutex_lock(&table_lock);
   struct cmd *e = table_find(id);
+  if (e && e->background && e->running)
+    reap_if_exited(e);
   if (e) {
     sbx__tlv_put_str(&w, SBX_T_ID, e->id);
     sbx__tlv_put_u64(&w, SBX_T_RUNNING, e->running);

@@ -3,6 +3,7 @@
 #ifndef SBX_AGENT_EXEC_H
 #define SBX_AGENT_EXEC_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,5 +18,9 @@ int agent_cmd_status(struct agent_conn *c, const char *payload, size_t len);
 int agent_cmd_logs(struct agent_conn *c, const char *payload, size_t len);
 /* Called by the main loop when a background command's pidfd becomes readable. */
 void agent_exec_reap_background(void *cookie);
+/* PID 1's main thread reaped si's process: a background command's end goes to its record.
+ * (A background command outlives the connection thread that started it; re-parented to the
+ * main thread it is reaped there, and its pidfd then answers ECHILD.) */
+void agent_exec_reaped(const siginfo_t *si);
 
 #endif

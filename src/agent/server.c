@@ -225,11 +225,16 @@ int sbx__agent_serve(const struct sbx_agent_opts *o)
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof si) == sizeof si)
           ;
-        /* __WNOTHREAD: only the main thread's own children (orphans re-parented to PID 1).
-         * Without it a waitpid(-1) here was seen to reap the clone children that connection
+        /* __WNOTHREAD: only the main thread's own children (orphans re-parented to PID 1, and
+         * background commands whose connection thread has ended: their end goes to their
+         * record). Without it a wait here was seen to reap the clone children that connection
          * threads wait for through their pidfds. */
-        while (waitpid(-1, NULL, WNOHANG | __WNOTHREAD) > 0)
-          ;
+        for (;;) {
+          siginfo_t chld = {0};
+          if (waitid(P_ALL, 0, &chld, WEXITED | WNOHANG | __WNOTHREAD) < 0 || chld.si_pid == 0)
+            break;
+          agent_exec_reaped(&chld);
+        }
       } else if (p == &ev_timer) {
         uint64_t ticks;
         (void) !read(tfd, &ticks, sizeof ticks);

@@ -185,3 +185,26 @@ def test_aio_bash_exec_ends_with_its_client(tmp_path):
         server.stop()
         subprocess.run([SBX, "--home", str(tmp_path / "home"), "down"], capture_output=True,
                        timeout=120)
+
+
+def test_background_commands_that_end_at_once_are_seen_ending(sbxd):  # noqa: F811
+    """A background command outlives the connection thread of sbx-init that started it, and is
+    then reaped by PID 1's main thread: its end must still reach its record (it stayed
+    `running` for ever, and PID 1 spun on its pidfd, for about a third of entrypoints that exit
+    at once). Ten sandboxes whose entrypoint exits 3 at once all end Failed with code 3."""
+    s = sbxd()
+    ids = []
+    for _ in range(10):
+        r = s.req("POST", "/v1/sandboxes", {"image": {"uri": "host"}, "resourceLimits": {},
+                                            "entrypoint": ["sh", "-c", "exit 3"], "timeout": 600})
+        assert r.status == 202, r.body
+        ids.append(r.json()["id"])
+    states = {}
+
+    def all_failed():
+        states.update({i: s.req("GET", "/v1/sandboxes/" + i).json()["status"] for i in ids})
+        return all(st["state"] == "Failed" for st in states.values())
+    wait_for(all_failed, 20, "entrypoints that exited were not seen ending")
+    assert all("exited with code 3" in st["message"] for st in states.values()), states
+    for i in ids:
+        assert s.req("DELETE", "/v1/sandboxes/" + i).status == 204
