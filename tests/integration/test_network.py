@@ -390,6 +390,38 @@ def test_sbxd_create_with_network_policy(sbxd, net):
     assert got == {"denied": "ok", "private": "fail"}
 
 
+def test_sbxd_logs_each_denial_with_sandbox_target_and_rule(sbxd, net):
+    """sbxd follows every sandbox's denied log: an operator watching sbxd's log sees a denied
+    lookup and a denied connection with the sandbox id, the target and the rule."""
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.test"}]}
+    sb = s.create(networkPolicy=pol)
+    got = sandbox_probes(sb, denied="http://denied.test:8080/",
+                         literal="http://203.0.113.40:8080/", pypi="http://pypi.test:8080/")
+    assert got == {"denied": "fail", "literal": "fail", "pypi": "ok"}
+
+    def denials():
+        return [r for r in s.logs if r.get("msg") == "egress denied"]
+    deadline = time.monotonic() + slow(10)
+    want = {("lookup", "denied.test", "default"), ("connect", "203.0.113.40:8080/tcp")}
+    while time.monotonic() < deadline:
+        seen = {(r["kind"], r["target"], r["rule"]) for r in denials()}
+        if ("lookup", "denied.test", "default") in seen and \
+                any(k == "connect" and t == "203.0.113.40:8080/tcp" for k, t, _ in seen):
+            break
+        time.sleep(0.1)
+    logs = denials()
+    assert any(r["sandbox_id"] == sb.id and r["kind"] == "lookup" and r["target"] == "denied.test"
+               and r["rule"] == "default" and r["level"] == "info" for r in logs), (want, s.logs)
+    assert any(r["sandbox_id"] == sb.id and r["kind"] == "connect" and
+               r["target"] == "203.0.113.40:8080/tcp" and r["rule"] for r in logs), s.logs
+    # each denial once (the follower keeps its offset), and nothing for what was allowed
+    assert len([r for r in logs if r["target"] == "denied.test"]) == \
+        len([line for line in open(os.path.join(s.home, "sandboxes", sb.id, "net", "denied.log"))
+             if '"denied.test"' in line]), logs
+    assert not any("pypi.test" == r["target"] for r in logs), logs
+
+
 def test_sbxd_port_exposure_under_deny_all(sbxd, net):
     """sbxd's proxy reaches a sandbox's server through its loopback, which the policy does not
     touch: the port is served while the internet is denied."""
