@@ -727,6 +727,41 @@ def test_policy_change_resets_open_relayed_connections(egress):
     assert any(e["target"] == "203.0.113.10:9002/tcp" and e["rule"] == "default" for e in log), log
 
 
+def test_deerflow_network_mapping(net, tmp_path):
+    """DeerFlow's sandbox.network mapping (its PR #5152) in the config: `sbx config check`
+    accepts it, and the sandbox gets what the mode says."""
+    top = str(tmp_path)
+    made = []
+    try:
+        def sbx(name, network):
+            cfg = fakenet.write_config(top, name + ".yaml", "sandbox:\n  use: linux\n"
+                                       "  network: %s\n" % network)
+            s = NetSbx(os.path.join(top, "home-" + name), cfg, net)
+            made.append(s)
+            return s
+        allow = sbx("allowlist", "{mode: allowlist, allowlist: [pypi.test, '*.cdn.test'], "
+                    "approval: prompt}")
+        assert "configuration OK" in allow.ok("config", "check")
+        got = probes(allow, "t", pypi="http://pypi.test:8080/", cdn="http://files.cdn.test:8080/",
+                     denied="http://denied.test:8080/", literal="http://203.0.113.40:8080/")
+        assert got == {"pypi": "ok", "cdn": "ok", "denied": "fail", "literal": "fail"}
+        iso = sbx("isolated", "{mode: isolated}")
+        assert "configuration OK" in iso.ok("config", "check")
+        got = probes(iso, "t", pypi="http://pypi.test:8080/", literal="http://203.0.113.40:8080/")
+        assert got == {"pypi": "fail", "literal": "fail"}
+        assert "network: \"none\"" in iso.ok("config", "show")
+        opened = sbx("open", "{mode: open}")
+        got = probes(opened, "t", denied="http://denied.test:8080/",
+                     private="http://10.77.0.1:8080/")
+        assert got == {"denied": "ok", "private": "fail"}
+        bad = sbx("bad", "{mode: allowlist, allowlist: [pypi.test], proxy: squid}")
+        p = bad.run("config", "check")
+        assert p.returncode == 1 and b"sandbox.network.proxy: unknown key" in p.stderr, p
+    finally:
+        for s in made:
+            s.down()
+
+
 # ---- the Host / SNI check on ports 80 and 443 (docs/network.md, "Host and SNI") ----
 
 @pytest.fixture(scope="module")
