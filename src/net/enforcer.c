@@ -335,6 +335,8 @@ static bool hook_peeked(void *data, const struct sbx_net_addr *a, const char *ta
                         enum sbx_peek_result r, const char *name)
 {
   struct enforcer *e = data;
+  if (!hook_wants_peek(e, a, 443))
+    return true; /* the policy changed while the bytes came: no name is needed any more */
   uint64_t now = sbx__now_ms();
   const char *pinned[16];
   size_t n = 0;

@@ -290,7 +290,8 @@ static void start_upstream(struct sbx_tcpproxy *t, struct conn *c)
 }
 
 /* The first bytes of a connection being peeked at (MSG_PEEK: they stay in the socket, and the
- * relay passes them on as they are). final: the deadline passed, decide on what is there. */
+ * relay passes them on as they are). final: the deadline passed or the sandbox shut its side,
+ * so nothing more is coming: decide on what is there. */
 static void peek(struct sbx_tcpproxy *t, struct conn *c, bool final)
 {
   uint8_t buf[SBX_PEEK_MAX];
@@ -303,9 +304,13 @@ static void peek(struct sbx_tcpproxy *t, struct conn *c, bool final)
     }
     n = 0;
   }
+  if (eof) {
+    /* closed before a byte (a happy-eyeballs loser, a port probe): it asked for nothing */
+    conn_end(t, c, false);
+    return;
+  }
   char name[SBX_PEEK_NAME_MAX + 1];
-  enum sbx_peek_result r =
-      sbx__peek_name(buf, (size_t) n, final || eof || (size_t) n >= sizeof buf, name);
+  enum sbx_peek_result r = sbx__peek_name(buf, (size_t) n, final || (size_t) n >= sizeof buf, name);
   if (r == SBX_PEEK_MORE)
     return; /* edge-triggered: the next bytes wake us */
   char target[INET6_ADDRSTRLEN + 16];
@@ -430,7 +435,7 @@ void sbx__tcpproxy_run(struct sbx_tcpproxy *t)
     if (c->dead)
       continue;
     if (c->peeking)
-      peek(t, c, false);
+      peek(t, c, (evs[i].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
     else if (c->connecting)
       connected(t, c);
     else
