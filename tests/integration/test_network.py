@@ -420,6 +420,20 @@ def test_sbxd_logs_each_denial_with_sandbox_target_and_rule(sbxd, net):
         len([line for line in open(os.path.join(s.home, "sandboxes", sb.id, "net", "denied.log"))
              if '"denied.test"' in line]), logs
     assert not any("pypi.test" == r["target"] for r in logs), logs
+    # a restarted sbxd does not log the lines already there again, and follows new ones
+    assert s.stop() == 0
+    s2 = sbxd(config="sandbox:\n  network: egress\n", net=net, home=s.home)
+    sb2 = type(sb)(s2, sb.id)
+    assert sandbox_probes(sb2, again="http://203.0.113.30:8080/") == {"again": "fail"}
+    deadline = time.monotonic() + slow(10)
+    while time.monotonic() < deadline and not any(
+            r.get("msg") == "egress denied" and r["target"] == "203.0.113.30:8080/tcp"
+            for r in s2.logs):
+        time.sleep(0.1)
+    again = [r for r in s2.logs if r.get("msg") == "egress denied"]
+    assert any(r["target"] == "203.0.113.30:8080/tcp" and r["sandbox_id"] == sb.id
+               for r in again), s2.logs
+    assert not any(r["target"] in ("denied.test", "203.0.113.40:8080/tcp") for r in again), again
 
 
 def test_sbxd_port_exposure_under_deny_all(sbxd, net):
