@@ -801,7 +801,7 @@ def web(net):
 
 # Each case prints "case=ok" (the server answered) or "case=fail" (reset, EOF, error).
 PEEK = r"""
-import socket, ssl, struct, sys
+import socket, ssl, struct, sys, time
 
 A = '203.0.113.10'
 
@@ -849,6 +849,17 @@ def raw(port, data, want):
     except OSError:
         return 'fail'
 
+def split(port, data, want):
+    # the start in two pieces, apart: the relay must wait for the second (edge-triggered peek)
+    try:
+        c = socket.create_connection((A, port), timeout=10)
+        c.sendall(data[:20])
+        time.sleep(0.3)
+        c.sendall(data[20:])
+        return 'ok' if c.recv(100).startswith(want) else 'fail'
+    except OSError:
+        return 'fail'
+
 def http(host):
     h = b'Host: %s\r\n' % host.encode() if host else b''
     return raw(80, b'GET / HTTP/1.1\r\n' + h + b'Connection: close\r\n\r\n', b'HTTP/')
@@ -871,13 +882,16 @@ print('host_other=%s' % http('other.test'))
 print('host_none=%s' % http(None))
 print('host_absolute=%s' % raw(80, b'GET http://other.test/ HTTP/1.1\r\nHost: pypi.test\r\n\r\n',
                                b'HTTP/'))
+print('host_split=%s' % split(80, b'GET / HTTP/1.1\r\nHost: pypi.test\r\nConnection: close\r\n\r\n',
+                              b'HTTP/'))
+print('sni_split=%s' % split(443, hello('pypi.test'), b'\x16'))
 """
 
 
 def peek_probes(s, *names):
     r = s.sh("t", "python3 -c %s %s" % (shlex_quote(PEEK), " ".join(names)), timeout=300)
     got = dict(line.split("=", 1) for line in r["stdout"].split() if "=" in line)
-    assert len(got) == 10, r
+    assert len(got) == 12, r
     return got
 
 
@@ -886,7 +900,8 @@ def test_host_and_sni_must_name_a_pinned_name(egress, web):
     got = peek_probes(s, "pypi.test", "other.test")
     assert got == {"sni_allowed": "ok", "sni_other": "fail", "sni_none": "fail", "sni_cdn": "fail",
                    "ech": "fail", "host_allowed": "ok", "host_port": "ok", "host_other": "fail",
-                   "host_none": "fail", "host_absolute": "fail"}
+                   "host_none": "fail", "host_absolute": "fail", "host_split": "ok",
+                   "sni_split": "ok"}
     sid = os.path.basename(state_dir(s, "t"))
     log = denied_log(s, "t", lambda e: e.get("name") == "other.test")
     named = [e for e in log if "pinned" in e]
@@ -910,7 +925,7 @@ def test_host_and_sni_checks_positive_controls(egress, web):
     got = peek_probes(s, "pypi.test", "other.test")
     assert got == dict.fromkeys(["sni_allowed", "sni_other", "sni_none", "sni_cdn", "ech",
                                  "host_allowed", "host_port", "host_other", "host_none",
-                                 "host_absolute"], "ok")
+                                 "host_absolute", "host_split", "sni_split"], "ok")
     # an address an IP rule allows needs no name; a wildcard's address takes any name below it
     s2 = egress("deny", [("allow", "203.0.113.10"), ("allow", "*.cdn.test")])
     got = peek_probes(s2)
