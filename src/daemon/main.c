@@ -2,6 +2,7 @@
  * sandboxes a previous sbxd left running), and an orderly stop on SIGINT/SIGTERM. */
 #include "ctx.h"
 #include "http.h"
+#include "netlog.h"
 #include "registry.h"
 #include "server.h"
 #include "spares.h"
@@ -214,8 +215,10 @@ static int start(const char *home)
   srv.shell = access("/usr/bin/bash", X_OK) == 0 || access("/bin/bash", X_OK) == 0 ? "bash" : "sh";
   if (sbxd_registry_start() < 0)
     return 1;
+  sbxd_netlog_start();
   if (sbxd_server_start() < 0) {
     atomic_store(&srv.stopping, true);
+    sbxd_netlog_stop();
     sbxd_registry_stop(true);
     return 1;
   }
@@ -239,6 +242,7 @@ static int stop(void)
     nanosleep(&ts, NULL);
   }
   int busy = atomic_load(&srv.workers);
+  sbxd_netlog_stop();
   sbxd_registry_stop(busy == 0);
   if (busy > 0) {
     /* commands still running hold handles: leave them to the process exit (they keep running

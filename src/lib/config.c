@@ -787,6 +787,9 @@ static int parse_netpol(const struct vctx *v, struct sbx_config *cfg, const stru
     return 0;
   if (n->type != NODE_MAP)
     return type_error(v, n, key, "a mapping ({defaultAction, egress} or {mode, allowlist})");
+  if (cfg->network_policy != NULL)
+    return verr(v, n, key, 0,
+                "sandbox.network (a mapping) sets the egress policy already: keep one");
   json_t *j = node_json(n);
   sbx_error_t perr = NULL;
   sbx_net_policy_t *p = sbx__net_policy_from_json(j, key, &perr);
@@ -800,6 +803,94 @@ static int parse_netpol(const struct vctx *v, struct sbx_config *cfg, const stru
   cfg->network_policy = sbx__net_policy_serialize(p);
   sbx__net_policy_free(p);
   return 0;
+}
+
+/* DeerFlow's sandbox.network mapping (its PR #5152): {mode: open | isolated | allowlist, the
+ * allowlist of domains, approval}, beside sbx's string form. open is egress under default allow
+ * (the always-denied ranges stay denied), isolated is none, allowlist is egress under default
+ * deny with an allow rule per domain. The list's key was not found in DeerFlow's sources
+ * available here: allowlist, allow and domains are all taken (docs/configuration.md).
+ * approval (DeerFlow's prompt for a denied domain) is accepted and has no effect: sbx has no
+ * prompt; its denials are in the denied log and sbxd's log (docs/network.md). */
+static int parse_network_map(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
+                             const char *key)
+{
+  static const char *const list_keys[] = {"allowlist", "allow", "domains"};
+  const struct node *mode = NULL;
+  sbx_strv_t targets = {0};
+  char *mkey = xasprintf("%s.mode", key), *m = NULL;
+  int rc = -1;
+  for (size_t i = 0; i + 1 < n->n; i += 2) {
+    const struct node *k = n->kids[i], *val = n->kids[i + 1];
+    if (k->type != NODE_SCALAR) {
+      verr(v, k, key, 0, "keys must be strings");
+      goto out;
+    }
+    cleanup_free char *ks = show(k->text, k->len);
+    cleanup_free char *sub = xasprintf("%s.%s", key, ks);
+    bool is_list = false;
+    for (size_t j = 0; j < ARRAY_SIZE(list_keys); j++)
+      is_list |= text_is(k, list_keys[j]);
+    if (text_is(k, "mode")) {
+      mode = val;
+    } else if (text_is(k, "approval")) {
+      if (val->type != NODE_SCALAR) {
+        type_error(v, val, sub, "a string");
+        goto out;
+      }
+    } else if (is_list) {
+      if (val->null)
+        continue;
+      if (val->type != NODE_SEQ) {
+        type_error(v, val, sub, "a list of domains");
+        goto out;
+      }
+      for (size_t j = 0; j < val->n; j++) {
+        cleanup_free char *ekey = xasprintf("%s[%zu]", sub, j);
+        char *t = NULL;
+        if (get_string(v, val->kids[j], ekey, &t, NULL) < 0)
+          goto out;
+        sbx__strv_push(&targets, t);
+        free(t);
+      }
+    } else {
+      verr(v, k, sub, 0, "unknown key (mode, allowlist, allow, domains, approval)");
+      goto out;
+    }
+  }
+  if (mode == NULL) {
+    verr(v, n, mkey, 0, "missing: open, isolated or allowlist");
+    goto out;
+  }
+  if (get_string(v, mode, mkey, &m, NULL) < 0)
+    goto out;
+  if (cfg->network_policy != NULL) {
+    verr(v, n, key, 0,
+         "a mapping sets the egress policy and so does sandbox.network_policy: keep one");
+    goto out;
+  }
+  sbx_error_t perr = NULL;
+  sbx_net_policy_t *p =
+      sbx__net_policy_from_mode(m, (const char *const *) targets.v, targets.n, &perr);
+  if (p == NULL) {
+    verr(v, n, key, 0, "%s", perr->msg);
+    sbx_error_release(&perr);
+    goto out;
+  }
+  free(cfg->network);
+  if (strcmp(m, "isolated") == 0) {
+    cfg->network = xstrdup("none");
+  } else {
+    cfg->network = xstrdup("egress");
+    cfg->network_policy = sbx__net_policy_serialize(p);
+  }
+  sbx__net_policy_free(p);
+  rc = 0;
+out:
+  sbx__strv_free(&targets);
+  free(mkey);
+  free(m);
+  return rc;
 }
 
 static int parse_env(const struct vctx *v, struct sbx_config *cfg, const struct node *n,
@@ -1041,6 +1132,8 @@ static int parse_mirrors(const struct vctx *v, struct sbx_config *cfg, const str
 static int parse_field(const struct vctx *v, struct sbx_config *cfg, const struct field *f,
                        const struct node *n, const char *key)
 {
+  if (f->type == F_NETWORK && n->type == NODE_MAP)
+    return parse_network_map(v, cfg, n, key);
   switch (f->type) {
   case F_STR:
   case F_OPTSTR:

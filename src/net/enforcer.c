@@ -45,6 +45,16 @@
 
 #define PASTA "pasta"
 
+/* A name an address was pinned for, and the allow rule's text that allowed the name (the Host and
+ * SNI check: docs/network.md). An address has one entry per name. */
+struct pin_name {
+  struct sbx_net_addr addr;
+  uint64_t until_ms;
+  char name[SBX_NET_MAX_TARGET + 1];
+  char why[96];
+};
+#define MAX_PIN_NAMES 8192 /* beyond (after pruning), a new name is not recorded: refused */
+
 struct enforcer {
   int dirfd;
   char dir[64]; /* /proc/self/fd/<dirfd>: the folder, wherever a spare's rename moved it */
@@ -55,6 +65,8 @@ struct enforcer {
   uint32_t gen;
   struct sbx_nft_pin *pins;
   size_t n_pins, cap_pins;
+  struct pin_name *names;
+  size_t n_names, cap_names;
   struct sbx_net_counters counters;
   bool counters_dirty;
   struct sbx_tcpproxy *tcp;
@@ -94,6 +106,44 @@ static void prune_pins(struct enforcer *e, uint64_t now)
       e->pins[k++] = e->pins[i];
   }
   e->n_pins = k;
+  k = 0;
+  for (size_t i = 0; i < e->n_names; i++) {
+    struct sbx_net_decision d;
+    sbx__net_policy_decide_name(e->policy, e->names[i].name, &d);
+    if (e->names[i].until_ms > now + 1000 && d.action == SBX_NET_ALLOW)
+      e->names[k++] = e->names[i];
+  }
+  e->n_names = k;
+}
+
+static bool same_addr(const struct sbx_net_addr *a, const struct sbx_net_addr *b)
+{
+  return a->family == b->family && memcmp(a->a, b->a, 16) == 0;
+}
+
+static void record_name(struct enforcer *e, const struct sbx_net_addr *a, const char *name,
+                        const struct sbx_net_decision *via, uint64_t until, uint64_t now)
+{
+  struct pin_name *p = NULL;
+  for (size_t k = 0; k < e->n_names && !p; k++)
+    if (same_addr(&e->names[k].addr, a) && strcmp(e->names[k].name, name) == 0)
+      p = &e->names[k];
+  if (p == NULL) {
+    if (e->n_names >= MAX_PIN_NAMES)
+      prune_pins(e, now);
+    if (e->n_names >= MAX_PIN_NAMES)
+      return;
+    if (e->n_names == e->cap_names)
+      e->names = xreallocarray(e->names, e->cap_names = e->cap_names ? 2 * e->cap_names : 64,
+                               sizeof *e->names);
+    p = &e->names[e->n_names++];
+    p->addr = *a;
+    p->until_ms = 0;
+    snprintf(p->name, sizeof p->name, "%s", name);
+  }
+  if (until > p->until_ms)
+    p->until_ms = until;
+  snprintf(p->why, sizeof p->why, "%s", via ? via->why : "");
 }
 
 static int apply(struct enforcer *e, sbx_error_t *err)
@@ -197,6 +247,7 @@ static void hook_pin(void *data, const char *name, const struct sbx_net_decision
                     : pins[i].ttl > SBX_NFT_PIN_CEIL ? SBX_NFT_PIN_CEIL
                                                      : pins[i].ttl;
     uint64_t until = now + (uint64_t) secs * 1000;
+    record_name(e, &pins[i].addr, name, via, until, now);
     struct sbx_nft_pin *p = NULL;
     for (size_t k = 0; k < e->n_pins && !p; k++)
       if (e->pins[k].addr.family == pins[i].addr.family &&
@@ -265,6 +316,67 @@ static bool tcp_still_allowed(void *data, const struct sbx_net_addr *a, char *wh
 static void hook_tcp_denied(void *data, const char *target, const char *why)
 {
   log_denied(data, "connect", target, why);
+}
+
+/* The Host / SNI check (docs/network.md): under default deny, a connection to port 80 or 443 of
+ * an address no IP/CIDR allow rule covers (reachable through a pin alone) must name a name
+ * that address was pinned for. */
+static bool hook_wants_peek(void *data, const struct sbx_net_addr *a, uint16_t port)
+{
+  struct enforcer *e = data;
+  if ((port != 80 && port != 443) || e->policy->default_action != SBX_NET_DENY)
+    return false;
+  struct sbx_net_decision d;
+  sbx__net_policy_decide_addr(e->policy, a, e->host, e->n_host, NULL, &d);
+  return d.action != SBX_NET_ALLOW;
+}
+
+static bool hook_peeked(void *data, const struct sbx_net_addr *a, const char *target,
+                        enum sbx_peek_result r, const char *name)
+{
+  struct enforcer *e = data;
+  if (!hook_wants_peek(e, a, 443))
+    return true; /* the policy changed while the bytes came: no name is needed any more */
+  uint64_t now = sbx__now_ms();
+  const char *pinned[16];
+  size_t n = 0;
+  bool ok = false;
+  struct sbx_net_decision sent = {0};
+  if (r == SBX_PEEK_NAME)
+    sbx__net_policy_decide_name(e->policy, name, &sent);
+  char rules[256] = "";
+  for (size_t i = 0; i < e->n_names; i++) {
+    const struct pin_name *p = &e->names[i];
+    if (!same_addr(&p->addr, a) || p->until_ms <= now)
+      continue;
+    if (n < ARRAY_SIZE(pinned)) {
+      pinned[n++] = p->name;
+      size_t used = strlen(rules);
+      if (strstr(rules, p->why) == NULL)
+        snprintf(rules + used, sizeof rules - used, "%s%s", used ? ", " : "", p->why);
+    }
+    /* the name itself, or one the same allow rule covers (a wildcard: another name below it
+     * on the same CDN address) */
+    if (r == SBX_PEEK_NAME && sent.action == SBX_NET_ALLOW && sent.rule != NULL &&
+        (strcmp(p->name, name) == 0 || strcmp(sent.why, p->why) == 0))
+      ok = true;
+  }
+  if (ok)
+    return true;
+  char why[512];
+  if (r == SBX_PEEK_NAME)
+    snprintf(why, sizeof why, "name %s is not one %s was pinned for (%s)", name, target,
+             n ? rules : "no name pinned");
+  else
+    snprintf(why, sizeof why, "%s; %s is allowed by name only (%s)", sbx__peek_result_str(r),
+             target, n ? rules : "no name pinned");
+  char id[128];
+  sandbox_id(e, id, sizeof id);
+  sbx__net_denied_log_names(e->dir, id, "connect", target, why, r == SBX_PEEK_NAME ? name : "",
+                            pinned, n, NULL);
+  e->counters.denied_connections++;
+  e->counters_dirty = true;
+  return false;
 }
 
 /* Whether policy.json is another file than the one last loaded (the writers' signal is the
@@ -403,7 +515,9 @@ static int serve(int ready_fd, int dirfd, int pidfd, int netns)
   /* SBX_NET_TCP_MAX lowers the relay's connection cap (the tests' fd cap) */
   const char *max = getenv("SBX_NET_TCP_MAX");
   e.tcp = sbx__tcpproxy_new(host, max ? strtoul(max, NULL, 10) : 0,
-                            (struct sbx_tcpproxy_hooks){&e, hook_tcp_allow, hook_tcp_denied}, &err);
+                            (struct sbx_tcpproxy_hooks){&e, hook_tcp_allow, hook_tcp_denied,
+                                                        hook_wants_peek, hook_peeked},
+                            &err);
   if (e.tcp == NULL)
     return fail(ready_fd, "start the TCP relay", &err);
   e.nft = sbx__nft_new(&err);

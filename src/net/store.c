@@ -220,11 +220,25 @@ int sbx__net_counters_write(const char *sandbox_dir, const struct sbx_net_counte
 int sbx__net_denied_log(const char *sandbox_dir, const char *sandbox_id, const char *kind,
                         const char *target, const char *rule, sbx_error_t *err)
 {
+  return sbx__net_denied_log_names(sandbox_dir, sandbox_id, kind, target, rule, NULL, NULL, 0, err);
+}
+
+int sbx__net_denied_log_names(const char *sandbox_dir, const char *sandbox_id, const char *kind,
+                              const char *target, const char *rule, const char *name,
+                              const char *const *pinned, size_t n_pinned, sbx_error_t *err)
+{
   cleanup_free char *path = xasprintf("%s/%s", sandbox_dir, SBX_NET_DENIED_LOG);
   json_t *j = json_pack("{s:f, s:s, s:s, s:s, s:s}", "ts", sbx__realtime_sec(), "sandbox",
                         sandbox_id, "kind", kind, "target", target, "rule", rule);
   if (j == NULL)
     return sbx__make_error(err, 0, SBX_E_INVALID, "denied log: a field is not UTF-8");
+  if (name != NULL) {
+    json_object_set_new(j, "name", json_string(name));
+    json_t *a = json_array();
+    for (size_t i = 0; i < n_pinned; i++)
+      json_array_append_new(a, json_string(pinned[i]));
+    json_object_set_new(j, "pinned", a);
+  }
   cleanup_free char *line = json_dumps(j, JSON_COMPACT);
   json_decref(j);
   if (line == NULL)

@@ -8,7 +8,9 @@
  *   "allowed_lookups": N} (it rewrites the file the same way; sbxd's /metrics reads it).
  * - net/denied.log: one JSON object a line per denied lookup or connection: {"ts": seconds,
  *   "sandbox": id, "kind": "lookup"|"connect", "target": name or address[:port], "rule": the
- *   decision's text}, appended with O_APPEND (a line is one write). */
+ *   decision's text}, appended with O_APPEND (a line is one write). A connection refused for
+ *   its Host or SNI (docs/network.md) also has "name": the name it sent ("" for none) and
+ *   "pinned": the names its address was pinned for. */
 #ifndef SBX_NET_STORE_H
 #define SBX_NET_STORE_H
 
@@ -58,5 +60,9 @@ int sbx__net_counters_write(const char *sandbox_dir, const struct sbx_net_counte
 /* Appends one line to net/denied.log. kind: "lookup" or "connect". */
 int sbx__net_denied_log(const char *sandbox_dir, const char *sandbox_id, const char *kind,
                         const char *target, const char *rule, sbx_error_t *err);
+/* The same with "name" and "pinned" (name NULL: neither). */
+int sbx__net_denied_log_names(const char *sandbox_dir, const char *sandbox_id, const char *kind,
+                              const char *target, const char *rule, const char *name,
+                              const char *const *pinned, size_t n_pinned, sbx_error_t *err);
 
 #endif

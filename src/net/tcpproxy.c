@@ -56,9 +56,12 @@ struct conn {
   struct dir d[2]; /* d[0]: sandbox -> upstream, d[1]: upstream -> sandbox */
   struct ref ref[2];
   bool connecting, dead;
+  bool peeking; /* waiting for the first bytes (hooks.peeked): no upstream socket yet */
   uint64_t deadline_ms;
   struct sbx_net_addr dst; /* the original destination */
   uint16_t port;
+  struct sockaddr_storage to; /* the same, to connect to */
+  socklen_t to_len;
 };
 
 struct sbx_tcpproxy {
@@ -244,17 +247,81 @@ static bool original_dst(int fd, int family, struct sockaddr_storage *ss, sockle
   return true;
 }
 
+static void target_str(const struct sbx_net_addr *a, uint16_t port, char *out, size_t len)
+{
+  char text[INET6_ADDRSTRLEN];
+  sbx__net_addr_str(a, text, sizeof text);
+  bool v6 = a->family == AF_INET6;
+  snprintf(out, len, "%s%s%s:%u/tcp", v6 ? "[" : "", text, v6 ? "]" : "", port);
+}
+
 static void refuse(struct sbx_tcpproxy *t, int fd, const struct sbx_net_addr *a, uint16_t port,
                    const char *why)
 {
   reset_close(fd);
   if (a && t->hooks.denied) {
-    char text[INET6_ADDRSTRLEN], target[INET6_ADDRSTRLEN + 16];
-    sbx__net_addr_str(a, text, sizeof text);
-    bool v6 = a->family == AF_INET6;
-    snprintf(target, sizeof target, "%s%s%s:%u/tcp", v6 ? "[" : "", text, v6 ? "]" : "", port);
+    char target[INET6_ADDRSTRLEN + 16];
+    target_str(a, port, target, sizeof target);
     t->hooks.denied(t->hooks.data, target, why);
   }
+}
+
+/* the upstream socket and its connect (after the peek, when there is one) */
+static void start_upstream(struct sbx_tcpproxy *t, struct conn *c)
+{
+  int up = sbx__hostsock_socket(t->host, c->dst.family, SOCK_STREAM | SOCK_NONBLOCK);
+  if (up < 0) {
+    conn_end(t, c, true);
+    return;
+  }
+  int one = 1;
+  setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->fd[1] = up;
+  c->connecting = true;
+  c->deadline_ms = sbx__now_ms() + SBX_TCPPROXY_CONNECT_MS;
+  if (connect(up, (struct sockaddr *) &c->to, c->to_len) == 0) {
+    c->connecting = false;
+    relay(t, c);
+  } else if (errno == EINPROGRESS) {
+    update(t, c);
+  } else {
+    conn_end(t, c, true);
+  }
+}
+
+/* The first bytes of a connection being peeked at (MSG_PEEK: they stay in the socket, and the
+ * relay passes them on as they are). final: the deadline passed or the sandbox shut its side,
+ * so nothing more is coming: decide on what is there. */
+static void peek(struct sbx_tcpproxy *t, struct conn *c, bool final)
+{
+  uint8_t buf[SBX_PEEK_MAX];
+  ssize_t n = recv(c->fd[0], buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  bool eof = n == 0;
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EINTR) {
+      conn_end(t, c, true);
+      return;
+    }
+    n = 0;
+  }
+  if (eof) {
+    /* closed before a byte (a happy-eyeballs loser, a port probe): it asked for nothing */
+    conn_end(t, c, false);
+    return;
+  }
+  char name[SBX_PEEK_NAME_MAX + 1];
+  enum sbx_peek_result r = sbx__peek_name(buf, (size_t) n, final || (size_t) n >= sizeof buf, name);
+  if (r == SBX_PEEK_MORE)
+    return; /* edge-triggered: the next bytes wake us */
+  char target[INET6_ADDRSTRLEN + 16];
+  target_str(&c->dst, c->port, target, sizeof target);
+  if (!t->hooks.peeked(t->hooks.data, &c->dst, target, r, name)) {
+    conn_end(t, c, true);
+    return;
+  }
+  c->peeking = false;
+  set_interest(t, c, 0, 0); /* back to level-triggered, by update() */
+  start_upstream(t, c);
 }
 
 static void take(struct sbx_tcpproxy *t, int fd, int family)
@@ -289,19 +356,15 @@ static void take(struct sbx_tcpproxy *t, int fd, int family)
     reset_close(fd);
     return;
   }
-  int up = sbx__hostsock_socket(t->host, family, SOCK_STREAM | SOCK_NONBLOCK);
-  if (up < 0) {
-    reset_close(fd);
-    return;
-  }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   struct conn *c = xzalloc(sizeof *c);
   c->fd[0] = fd;
-  c->fd[1] = up;
+  c->fd[1] = -1;
   c->dst = a;
   c->port = port;
+  c->to = dst;
+  c->to_len = dlen;
   int p0[2] = {-1, -1}, p1[2] = {-1, -1};
   if (pipe2(p0, O_NONBLOCK | O_CLOEXEC) < 0 || pipe2(p1, O_NONBLOCK | O_CLOEXEC) < 0) {
     for (int i = 0; i < 2; i++) {
@@ -311,7 +374,6 @@ static void take(struct sbx_tcpproxy *t, int fd, int family)
         close(p1[i]);
     }
     reset_close(fd);
-    close(up);
     free(c);
     return;
   }
@@ -326,16 +388,15 @@ static void take(struct sbx_tcpproxy *t, int fd, int family)
     t->conns->prev = c;
   t->conns = c;
   t->n++;
-  c->connecting = true;
-  c->deadline_ms = sbx__now_ms() + SBX_TCPPROXY_CONNECT_MS;
-  if (connect(up, (struct sockaddr *) &dst, dlen) == 0) {
-    c->connecting = false;
-    relay(t, c);
-  } else if (errno == EINPROGRESS) {
-    update(t, c);
-  } else {
-    conn_end(t, c, true);
+  if (t->hooks.wants_peek && t->hooks.peeked && t->hooks.wants_peek(t->hooks.data, &a, port)) {
+    /* edge-triggered: the bytes stay in the socket (MSG_PEEK), so level would fire on and on */
+    c->peeking = true;
+    c->deadline_ms = sbx__now_ms() + SBX_TCPPROXY_PEEK_MS;
+    set_interest(t, c, 0, EPOLLIN | EPOLLRDHUP | EPOLLET);
+    peek(t, c, false);
+    return;
   }
+  start_upstream(t, c);
 }
 
 static void on_listener(struct sbx_tcpproxy *t, int i)
@@ -373,7 +434,9 @@ void sbx__tcpproxy_run(struct sbx_tcpproxy *t)
     struct conn *c = r->c;
     if (c->dead)
       continue;
-    if (c->connecting)
+    if (c->peeking)
+      peek(t, c, (evs[i].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
+    else if (c->connecting)
       connected(t, c);
     else
       relay(t, c);
@@ -411,7 +474,9 @@ void sbx__tcpproxy_expire(struct sbx_tcpproxy *t, uint64_t now_ms)
   t->last_sweep = now_ms;
   for (struct conn *c = t->conns, *next; c; c = next) {
     next = c->next;
-    if (c->connecting && now_ms >= c->deadline_ms)
+    if (c->peeking && now_ms >= c->deadline_ms)
+      peek(t, c, true);
+    else if (c->connecting && now_ms >= c->deadline_ms)
       conn_end(t, c, true);
   }
   while (t->dead) {

@@ -13,10 +13,12 @@
 #include <sbx/error.h>
 
 #include "hostsock.h"
+#include "peek.h"
 #include "policy.h"
 
 #define SBX_TCPPROXY_MAX_CONNS 512    /* relayed connections per sandbox (6 fds each) */
 #define SBX_TCPPROXY_CONNECT_MS 30000 /* an upstream connect that takes longer is given up */
+#define SBX_TCPPROXY_PEEK_MS 5000     /* the first bytes to look at must come within this */
 
 struct sbx_tcpproxy_hooks {
   void *data;
@@ -25,6 +27,13 @@ struct sbx_tcpproxy_hooks {
   bool (*allow)(void *data, const struct sbx_net_addr *a, char *why, size_t len);
   /* A refused connection, for the denied log: target is "ADDR:PORT/tcp". */
   void (*denied)(void *data, const char *target, const char *why);
+  /* Whether the first bytes the sandbox sends must be looked at before the connection goes on
+   * (NULL: never): then nothing is connected upstream until peeked said yes. */
+  bool (*wants_peek)(void *data, const struct sbx_net_addr *a, uint16_t port);
+  /* The verdict on them (peek.h's result and name): false resets the connection (the hook
+   * logs it). target is "ADDR:PORT/tcp". */
+  bool (*peeked)(void *data, const struct sbx_net_addr *a, const char *target,
+                 enum sbx_peek_result r, const char *name);
 };
 
 struct sbx_tcpproxy;
@@ -48,7 +57,8 @@ void sbx__tcpproxy_run(struct sbx_tcpproxy *t);
 void sbx__tcpproxy_recheck(struct sbx_tcpproxy *t,
                            bool (*still)(void *data, const struct sbx_net_addr *a, char *why,
                                          size_t len));
-/* Gives up upstream connects older than SBX_TCPPROXY_CONNECT_MS (cheap; call it often). */
+/* Gives up upstream connects older than SBX_TCPPROXY_CONNECT_MS, and decides on the bytes a
+ * connection sent within SBX_TCPPROXY_PEEK_MS (cheap; call it often). */
 void sbx__tcpproxy_expire(struct sbx_tcpproxy *t, uint64_t now_ms);
 /* Open relayed connections (for tests and logs). */
 size_t sbx__tcpproxy_count(const struct sbx_tcpproxy *t);

@@ -4,7 +4,7 @@ not touched.
 
     "inet"  the internet: a DNS server (fakedns.py) at 203.0.113.53 (A and AAAA) and one HTTP
             server on [::]:8080 (both families) answering every address on its loopback:
-            203.0.113.10 and 2001:db8:113::10 (pypi.test), .20 / ::20 (*.cdn.test), .30 / ::30
+            203.0.113.10 and 2001:db8:113::10 (pypi.test and other.test), .20 / ::20 (*.cdn.test), .30 / ::30
             (denied.test), .40 / ::40 (no name), 10.77.0.1 and fd00::10 (private addresses; also
             what rebind.test answers), fd00:ec2::254 (a metadata address); tcpsrv.py's servers on
             203.0.113.10:9000-9002 (hash what is sent, send a blob, hold a connection open).
@@ -29,6 +29,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMES = {
     "pypi.test": "203.0.113.10,2001:db8:113::10",
+    # another name on pypi.test's addresses (the Host / SNI check's domain fronting)
+    "other.test": "203.0.113.10,2001:db8:113::10",
     "*.cdn.test": "203.0.113.20,2001:db8:113::20",
     "denied.test": "203.0.113.30,2001:db8:113::30",
     "rebind.test": "10.77.0.1,fd00::10",

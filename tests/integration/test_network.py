@@ -390,6 +390,52 @@ def test_sbxd_create_with_network_policy(sbxd, net):
     assert got == {"denied": "ok", "private": "fail"}
 
 
+def test_sbxd_logs_each_denial_with_sandbox_target_and_rule(sbxd, net):
+    """sbxd follows every sandbox's denied log: an operator watching sbxd's log sees a denied
+    lookup and a denied connection with the sandbox id, the target and the rule."""
+    s = sbxd(config="sandbox:\n  network: egress\n", net=net)
+    pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.test"}]}
+    sb = s.create(networkPolicy=pol)
+    got = sandbox_probes(sb, denied="http://denied.test:8080/",
+                         literal="http://203.0.113.40:8080/", pypi="http://pypi.test:8080/")
+    assert got == {"denied": "fail", "literal": "fail", "pypi": "ok"}
+
+    def denials():
+        return [r for r in s.logs if r.get("msg") == "egress denied"]
+    deadline = time.monotonic() + slow(10)
+    want = {("lookup", "denied.test", "default"), ("connect", "203.0.113.40:8080/tcp")}
+    while time.monotonic() < deadline:
+        seen = {(r["kind"], r["target"], r["rule"]) for r in denials()}
+        if ("lookup", "denied.test", "default") in seen and \
+                any(k == "connect" and t == "203.0.113.40:8080/tcp" for k, t, _ in seen):
+            break
+        time.sleep(0.1)
+    logs = denials()
+    assert any(r["sandbox_id"] == sb.id and r["kind"] == "lookup" and r["target"] == "denied.test"
+               and r["rule"] == "default" and r["level"] == "info" for r in logs), (want, s.logs)
+    assert any(r["sandbox_id"] == sb.id and r["kind"] == "connect" and
+               r["target"] == "203.0.113.40:8080/tcp" and r["rule"] for r in logs), s.logs
+    # each denial once (the follower keeps its offset), and nothing for what was allowed
+    assert len([r for r in logs if r["target"] == "denied.test"]) == \
+        len([line for line in open(os.path.join(s.home, "sandboxes", sb.id, "net", "denied.log"))
+             if '"denied.test"' in line]), logs
+    assert not any("pypi.test" == r["target"] for r in logs), logs
+    # a restarted sbxd does not log the lines already there again, and follows new ones
+    assert s.stop() == 0
+    s2 = sbxd(config="sandbox:\n  network: egress\n", net=net, home=s.home)
+    sb2 = type(sb)(s2, sb.id)
+    assert sandbox_probes(sb2, again="http://203.0.113.30:8080/") == {"again": "fail"}
+    deadline = time.monotonic() + slow(10)
+    while time.monotonic() < deadline and not any(
+            r.get("msg") == "egress denied" and r["target"] == "203.0.113.30:8080/tcp"
+            for r in s2.logs):
+        time.sleep(0.1)
+    again = [r for r in s2.logs if r.get("msg") == "egress denied"]
+    assert any(r["target"] == "203.0.113.30:8080/tcp" and r["sandbox_id"] == sb.id
+               for r in again), s2.logs
+    assert not any(r["target"] in ("denied.test", "203.0.113.40:8080/tcp") for r in again), again
+
+
 def test_sbxd_port_exposure_under_deny_all(sbxd, net):
     """sbxd's proxy reaches a sandbox's server through its loopback, which the policy does not
     touch: the port is served while the internet is denied."""
@@ -693,3 +739,198 @@ def test_policy_change_resets_open_relayed_connections(egress):
     assert m and m.group(1) == "reset" and float(m.group(2)) < 2, out
     log = denied_log(s, "t", lambda e: e["target"] == "203.0.113.10:9002/tcp")
     assert any(e["target"] == "203.0.113.10:9002/tcp" and e["rule"] == "default" for e in log), log
+
+
+def test_deerflow_network_mapping(net, tmp_path):
+    """DeerFlow's sandbox.network mapping (its PR #5152) in the config: `sbx config check`
+    accepts it, and the sandbox gets what the mode says."""
+    top = str(tmp_path)
+    made = []
+    try:
+        def sbx(name, network):
+            cfg = fakenet.write_config(top, name + ".yaml", "sandbox:\n  use: linux\n"
+                                       "  network: %s\n" % network)
+            s = NetSbx(os.path.join(top, "home-" + name), cfg, net)
+            made.append(s)
+            return s
+        allow = sbx("allowlist", "{mode: allowlist, allowlist: [pypi.test, '*.cdn.test'], "
+                    "approval: prompt}")
+        assert "configuration OK" in allow.ok("config", "check")
+        got = probes(allow, "t", pypi="http://pypi.test:8080/", cdn="http://files.cdn.test:8080/",
+                     denied="http://denied.test:8080/", literal="http://203.0.113.40:8080/")
+        assert got == {"pypi": "ok", "cdn": "ok", "denied": "fail", "literal": "fail"}
+        iso = sbx("isolated", "{mode: isolated}")
+        assert "configuration OK" in iso.ok("config", "check")
+        got = probes(iso, "t", pypi="http://pypi.test:8080/", literal="http://203.0.113.40:8080/")
+        assert got == {"pypi": "fail", "literal": "fail"}
+        assert "network: \"none\"" in iso.ok("config", "show")
+        opened = sbx("open", "{mode: open}")
+        got = probes(opened, "t", denied="http://denied.test:8080/",
+                     private="http://10.77.0.1:8080/")
+        assert got == {"denied": "ok", "private": "fail"}
+        bad = sbx("bad", "{mode: allowlist, allowlist: [pypi.test], proxy: squid}")
+        p = bad.run("config", "check")
+        assert p.returncode == 1 and b"sandbox.network.proxy: unknown key" in p.stderr, p
+    finally:
+        for s in made:
+            s.down()
+
+
+# ---- the Host / SNI check on ports 80 and 443 (docs/network.md, "Host and SNI") ----
+
+@pytest.fixture(scope="module")
+def web(net):
+    """HTTP on 203.0.113.10:80 and TLS (a self-signed certificate made here) on :443: the one
+    address pypi.test and other.test share. Both servers answer whatever name is asked."""
+    key, crt = os.path.join(net.dir, "tls.key"), os.path.join(net.dir, "tls.crt")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", crt, "-days", "1", "-subj", "/CN=pypi.test"], check=True,
+                   capture_output=True)
+    import sys
+    net._spawn(net.inet, sys.executable, "-m", "http.server", "--bind", "203.0.113.10", "80")
+    net._spawn(net.inet, "openssl", "s_server", "-quiet", "-www", "-accept", "203.0.113.10:443",
+               "-cert", crt, "-key", key)
+    for url in ("http://203.0.113.10/", "https://203.0.113.10/"):
+        deadline = time.monotonic() + 30
+        while subprocess.run(["ip", "netns", "exec", net.host, "curl", "-k", "-s", "-m", "1",
+                              "-o", "/dev/null", url], capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "fake internet: %s unreachable" % url
+            time.sleep(0.05)
+    return net
+
+
+# Each case prints "case=ok" (the server answered) or "case=fail" (reset, EOF, error).
+PEEK = r"""
+import socket, ssl, struct, sys, time
+
+A = '203.0.113.10'
+
+def hello(sni):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    i, o = ssl.MemoryBIO(), ssl.MemoryBIO()
+    s = ctx.wrap_bio(i, o, server_hostname=sni)
+    try:
+        s.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return o.read()
+
+def add_ext(h, t, data):
+    # the ClientHello h (one record) with one more extension, every length fixed up
+    body = h[9:]
+    o = 2 + 32
+    o += 1 + body[o]
+    o += 2 + struct.unpack('>H', body[o:o + 2])[0]
+    o += 1 + body[o]
+    exts = body[o + 2:] + struct.pack('>HH', t, len(data)) + data
+    body = body[:o] + struct.pack('>H', len(exts)) + exts
+    msg = b'\x01' + struct.pack('>I', len(body))[1:] + body
+    return h[:3] + struct.pack('>H', len(msg)) + msg
+
+def tls(sni):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        c = socket.create_connection((A, 443), timeout=10)
+        ctx.wrap_socket(c, server_hostname=sni).close()
+        return 'ok'
+    except OSError:
+        return 'fail'
+
+def raw(port, data, want):
+    try:
+        c = socket.create_connection((A, port), timeout=10)
+        c.sendall(data)
+        got = c.recv(100)
+        return 'ok' if got.startswith(want) else 'fail'
+    except OSError:
+        return 'fail'
+
+def split(port, data, want):
+    # the start in two pieces, apart: the relay must wait for the second (edge-triggered peek)
+    try:
+        c = socket.create_connection((A, port), timeout=10)
+        c.sendall(data[:20])
+        time.sleep(0.3)
+        c.sendall(data[20:])
+        return 'ok' if c.recv(100).startswith(want) else 'fail'
+    except OSError:
+        return 'fail'
+
+def http(host):
+    h = b'Host: %s\r\n' % host.encode() if host else b''
+    return raw(80, b'GET / HTTP/1.1\r\n' + h + b'Connection: close\r\n\r\n', b'HTTP/')
+
+# the allowed names' lookups pin the address (other.test's is denied: NXDOMAIN)
+for n in sys.argv[1:]:
+    try:
+        socket.getaddrinfo(n, 443, socket.AF_INET)
+    except OSError:
+        pass
+ech = add_ext(hello('pypi.test'), 0xfe0d, bytes(10))
+print('sni_allowed=%s' % tls('pypi.test'))
+print('sni_other=%s' % tls('other.test'))
+print('sni_none=%s' % tls(None))
+print('sni_cdn=%s' % tls('any.cdn.test'))
+print('ech=%s' % raw(443, ech, b'\x16'))
+print('host_allowed=%s' % http('pypi.test'))
+print('host_port=%s' % http('PYPI.test:80'))
+print('host_other=%s' % http('other.test'))
+print('host_none=%s' % http(None))
+print('host_absolute=%s' % raw(80, b'GET http://other.test/ HTTP/1.1\r\nHost: pypi.test\r\n\r\n',
+                               b'HTTP/'))
+print('host_split=%s' % split(80, b'GET / HTTP/1.1\r\nHost: pypi.test\r\nConnection: close\r\n\r\n',
+                              b'HTTP/'))
+print('sni_split=%s' % split(443, hello('pypi.test'), b'\x16'))
+"""
+
+
+def peek_probes(s, *names):
+    r = s.sh("t", "python3 -c %s %s" % (shlex_quote(PEEK), " ".join(names)), timeout=300)
+    got = dict(line.split("=", 1) for line in r["stdout"].split() if "=" in line)
+    assert len(got) == 12, r
+    return got
+
+
+def test_host_and_sni_must_name_a_pinned_name(egress, web):
+    s = egress("deny", [("allow", "pypi.test"), ("allow", "*.cdn.test")])
+    got = peek_probes(s, "pypi.test", "other.test")
+    assert got == {"sni_allowed": "ok", "sni_other": "fail", "sni_none": "fail", "sni_cdn": "fail",
+                   "ech": "fail", "host_allowed": "ok", "host_port": "ok", "host_other": "fail",
+                   "host_none": "fail", "host_absolute": "fail", "host_split": "ok",
+                   "sni_split": "ok"}
+    sid = os.path.basename(state_dir(s, "t"))
+    log = denied_log(s, "t", lambda e: e.get("name") == "other.test")
+    named = [e for e in log if "pinned" in e]
+    for e in named:
+        assert e["sandbox"] == sid and e["kind"] == "connect" and e["pinned"] == ["pypi.test"], e
+        assert e["target"] in ("203.0.113.10:443/tcp", "203.0.113.10:80/tcp"), e
+        assert "allow pypi.test" in e["rule"], e
+    assert {(e["target"], e["name"]) for e in named} >= {
+        ("203.0.113.10:443/tcp", "other.test"), ("203.0.113.10:80/tcp", "other.test"),
+        ("203.0.113.10:443/tcp", "")}, named
+    assert any("encrypted ClientHello" in e["rule"] for e in named), named
+    # sbx net log shows them with the names
+    out = s.ok("net", "-t", "t", "log")
+    assert "name other.test is not one 203.0.113.10:443/tcp was pinned for (allow pypi.test)" \
+        in out, out
+
+
+def test_host_and_sni_checks_positive_controls(egress, web):
+    # without the check (default allow: no allowlist) the other name and ECH get through
+    s = egress("allow")
+    got = peek_probes(s, "pypi.test", "other.test")
+    assert got == dict.fromkeys(["sni_allowed", "sni_other", "sni_none", "sni_cdn", "ech",
+                                 "host_allowed", "host_port", "host_other", "host_none",
+                                 "host_absolute", "host_split", "sni_split"], "ok")
+    # an address an IP rule allows needs no name; a wildcard's address takes any name below it
+    s2 = egress("deny", [("allow", "203.0.113.10"), ("allow", "*.cdn.test")])
+    got = peek_probes(s2)
+    assert got["sni_none"] == "ok" and got["host_none"] == "ok" and got["sni_other"] == "ok", got
+    s3 = egress("deny", [("allow", "*.test")])
+    got = peek_probes(s3, "pypi.test")
+    # pinned for pypi.test under *.test: other.test is the same rule's, so it passes
+    assert got["sni_other"] == "ok" and got["host_other"] == "ok" and got["ech"] == "fail", got

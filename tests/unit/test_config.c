@@ -303,6 +303,62 @@ static void test_deerflow_keys_ignored(void **state)
   sbx_config_free(cfg);
 }
 
+/* DeerFlow's sandbox.network mapping (its PR #5152) beside sbx's string form */
+static void test_deerflow_network_mapping(void **state)
+{
+  (void) state;
+  struct sbx_config *cfg = load("sandbox:\n  network: {mode: isolated}\n");
+  assert_string_equal(cfg->network, "none");
+  assert_null(cfg->network_policy);
+  sbx_config_free(cfg);
+  cfg = load("sandbox:\n  network:\n    mode: open\n");
+  assert_string_equal(cfg->network, "egress");
+  assert_string_equal(cfg->network_policy, "{\"defaultAction\":\"allow\",\"egress\":[]}");
+  sbx_config_free(cfg);
+  cfg = load("sandbox:\n  network:\n    mode: allowlist\n    approval: prompt\n"
+             "    allowlist: [PyPI.org, '*.pythonhosted.org']\n");
+  assert_string_equal(cfg->network, "egress");
+  assert_string_equal(cfg->network_policy,
+                      "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\",\"target\":"
+                      "\"pypi.org\"},{\"action\":\"allow\",\"target\":\"*.pythonhosted.org\"}]}");
+  sbx_config_free(cfg);
+  /* the list's other names (DeerFlow's own key could not be confirmed) */
+  for (int i = 0; i < 2; i++) {
+    cfg = load(i == 0 ? "sandbox:\n  network: {mode: allowlist, allow: [a.test]}\n"
+                      : "sandbox:\n  network: {mode: allowlist, domains: [a.test]}\n");
+    assert_string_equal(cfg->network_policy, "{\"defaultAction\":\"deny\",\"egress\":[{"
+                                             "\"action\":\"allow\",\"target\":\"a.test\"}]}");
+    sbx_config_free(cfg);
+  }
+  /* the string form is unchanged */
+  cfg = load("sandbox:\n  network: egress\n");
+  assert_string_equal(cfg->network, "egress");
+  assert_null(cfg->network_policy);
+  sbx_config_free(cfg);
+  expect_error("sandbox:\n  network: {mode: closed}\n",
+               "t.yaml:2: sandbox.network: mode: `closed` is not \"open\", \"isolated\" or "
+               "\"allowlist\"");
+  expect_error("sandbox:\n  network: {allowlist: [a.test]}\n",
+               "t.yaml:2: sandbox.network.mode: missing: open, isolated or allowlist");
+  expect_error("sandbox:\n  network: {mode: allowlist, proxy: x}\n",
+               "t.yaml:2: sandbox.network.proxy: unknown key (mode, allowlist, allow, domains, "
+               "approval)");
+  expect_error("sandbox:\n  network: {mode: open, allowlist: [a.test]}\n",
+               "t.yaml:2: sandbox.network: allowlist: only with mode \"allowlist\" (mode is open)");
+  expect_error("sandbox:\n  network: {mode: allowlist, allowlist: a.test}\n",
+               "t.yaml:2: sandbox.network.allowlist: expected a list of domains, got 'a.test'");
+  expect_error("sandbox:\n  network: {mode: allowlist, allowlist: ['bad name!']}\n",
+               "t.yaml:2: sandbox.network: allowlist[0]: `bad name!`: not a domain, wildcard, IP "
+               "or CIDR (a character outside [a-z0-9-_.])");
+  /* one policy, not two */
+  expect_error("sandbox:\n  network: {mode: open}\n  network_policy: {defaultAction: deny}\n",
+               "t.yaml:3: sandbox.network_policy: sandbox.network (a mapping) sets the egress "
+               "policy already: keep one");
+  expect_error("sandbox:\n  network_policy: {defaultAction: deny}\n  network: {mode: open}\n",
+               "t.yaml:3: sandbox.network: a mapping sets the egress policy and so does "
+               "sandbox.network_policy: keep one");
+}
+
 static void test_unknown_key(void **state)
 {
   expect_error("sandbox:\n  replicas: 2\n  bogus: 1\n", "t.yaml:3: sandbox.bogus: unknown key");
@@ -800,6 +856,7 @@ int main(void)
       cmocka_unit_test_setup(test_full, clear_env),
       cmocka_unit_test_setup(test_opensandbox, clear_env),
       cmocka_unit_test_setup(test_deerflow_keys_ignored, clear_env),
+      cmocka_unit_test_setup(test_deerflow_network_mapping, clear_env),
       cmocka_unit_test_setup(test_unknown_key, clear_env),
       cmocka_unit_test_setup(test_wrong_type, clear_env),
       cmocka_unit_test_setup(test_nulls_are_empty, clear_env),
