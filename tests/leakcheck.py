@@ -10,6 +10,8 @@ import os
 import signal
 import time
 
+import pytest
+
 
 def sandbox_inits(prefix):
     """{pid: lease path} of the sandbox inits whose lease is below prefix."""
@@ -50,3 +52,16 @@ def check(prefix, before, grace=10.0):
         except ProcessLookupError:
             pass
     return left
+
+
+@pytest.fixture(autouse=True)
+def no_sandbox_outlives_the_test(tmp_path):
+    """Fails the test if a sandbox it started (one whose state directory is below its tmp_path)
+    still runs once its fixtures are torn down (each suite's conftest sets it up first, so it is
+    torn down last); the leftovers are killed."""
+    before = sandbox_inits(tmp_path)
+    yield
+    left = check(tmp_path, before)
+    if left:
+        pytest.fail("%d sandbox(es) outlived the test (killed now): %s" % (
+            len(left), ", ".join("pid %d (%s)" % kv for kv in sorted(left.items()))))

@@ -83,6 +83,12 @@ int cli_parse_target(struct cli *c, int argc, char **argv, const char *usage,
                      int (*on_opt)(struct cli *c, int ch, const char *arg, void *ctx), void *ctx,
                      struct cli_scope *s, char id[17]);
 
+/* Says on stderr that the target of cli_parse_target has no sandbox (what: "" or "running "),
+ * in terms of its thread when given by scope, with the eviction that ended it if one is on
+ * record (taken: forgotten after this, as the next exec would); returns EXIT_OP_ERROR. */
+int cli_no_sandbox(struct cli *c, const struct cli_scope *s, const char *id, const char *what,
+                   bool take);
+
 int cmd_exec(struct cli *c, int argc, char **argv);
 int cmd_run(struct cli *c, int argc, char **argv);
 int cmd_read(struct cli *c, int argc, char **argv);

@@ -336,3 +336,24 @@ int cli_parse_target(struct cli *c, int argc, char **argv, const char *usage,
   memcpy(id, a, 17);
   return 0;
 }
+
+int cli_no_sandbox(struct cli *c, const struct cli_scope *s, const char *id, const char *what,
+                   bool take)
+{
+  struct sbx_eviction ev;
+  if (c->provider && sbx_eviction_take(c->provider, id, &ev, take) == 0) {
+    char when[32];
+    time_t t = (time_t) ev.time;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr, "sbx: thread %s (user %s) has no %ssandbox: it was evicted at %s (%s)\n",
+            ev.thread, ev.user, what, when, ev.reason);
+    sbx_eviction_clear(&ev);
+  } else if (s->thread) {
+    fprintf(stderr, "sbx: thread %s (user %s) has no %ssandbox\n", s->thread, s->user, what);
+  } else {
+    fprintf(stderr, "sbx: no %ssandbox %s\n", what, id);
+  }
+  return EXIT_OP_ERROR;
+}

@@ -35,22 +35,7 @@ int cmd_inspect(struct cli *c, int argc, char **argv)
     i++;
   if (i == n) {
     sbx_sandbox_info_free(v, n);
-    struct sbx_eviction ev;
-    if (c->provider && sbx_eviction_take(c->provider, id, &ev, false) == 0) {
-      char when[32];
-      time_t t = (time_t) ev.time;
-      struct tm tm;
-      gmtime_r(&t, &tm);
-      strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox: it was evicted at %s (%s)\n",
-              ev.thread, ev.user, when, ev.reason);
-      sbx_eviction_clear(&ev);
-    } else if (s.thread) {
-      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
-    } else {
-      fprintf(stderr, "sbx: no sandbox %s\n", id);
-    }
-    return EXIT_OP_ERROR;
+    return cli_no_sandbox(c, &s, id, "", false);
   }
   const struct sbx_sandbox_info *x = &v[i];
   const char *home = sbx_provider_home(c->provider);

@@ -53,21 +53,14 @@ int cmd_kill(struct cli *c, int argc, char **argv)
   if ((r = cli_open_existing(c)) != 0) {
     if (r != CLI_NO_HOME)
       return r;
-    if (s.thread)
-      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
-    else
-      fprintf(stderr, "sbx: no sandbox %s\n", id);
-    return EXIT_OP_ERROR;
+    return cli_no_sandbox(c, &s, id, "", false);
   }
   sbx_error_t err = NULL;
   int n = sbx_kill(c->provider, id, signo, &err);
   if (n < 0) {
     if (err->kind == SBX_E_NOT_FOUND) {
       sbx_error_release(&err);
-      if (s.thread)
-        fprintf(stderr, "sbx: thread %s (user %s) has no running sandbox\n", s.thread, s.user);
-      else
-        fprintf(stderr, "sbx: no running sandbox %s\n", id);
+      return cli_no_sandbox(c, &s, id, "running ", false);
       return EXIT_OP_ERROR;
     }
     return cli_fail(&err);

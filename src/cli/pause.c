@@ -24,21 +24,13 @@ static int pause_or_not(struct cli *c, int argc, char **argv, bool paused)
   if ((r = cli_open_existing(c)) != 0) {
     if (r != CLI_NO_HOME)
       return r;
-    if (s.thread)
-      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
-    else
-      fprintf(stderr, "sbx: no sandbox %s\n", id);
-    return EXIT_OP_ERROR;
+    return cli_no_sandbox(c, &s, id, "", false);
   }
   sbx_error_t err = NULL;
   if (sbx_pause(c->provider, id, paused, &err) < 0) {
     if (err->kind == SBX_E_NOT_FOUND) {
       sbx_error_release(&err);
-      if (s.thread)
-        fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
-      else
-        fprintf(stderr, "sbx: no sandbox %s\n", id);
-      return EXIT_OP_ERROR;
+      return cli_no_sandbox(c, &s, id, "", false);
     }
     return cli_fail(&err);
   }

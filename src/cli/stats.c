@@ -78,11 +78,7 @@ int cmd_stats(struct cli *c, int argc, char **argv)
   sbx_sandbox_info_free(v, n);
   if (!found) {
     json_decref(arr);
-    if (s.thread)
-      fprintf(stderr, "sbx: thread %s (user %s) has no sandbox\n", s.thread, s.user);
-    else
-      fprintf(stderr, "sbx: no sandbox %s\n", id);
-    return EXIT_OP_ERROR;
+    return cli_no_sandbox(c, &s, id, "", false);
   }
   if (json)
     return cli_print_json(json_pack("{s:o}", "sandboxes", arr));

@@ -58,17 +58,7 @@ def pytest_configure(config):
                             "(skipped, naming why, where it cannot)")
 
 
-@pytest.fixture(autouse=True)
-def _no_sandbox_outlives_the_test(request, tmp_path):
-    """Fails the test if a sandbox it started (one whose state directory is below its tmp_path)
-    still runs once its fixtures are torn down (this fixture is set up first, so it is torn
-    down last); the leftovers are killed."""
-    before = leakcheck.sandbox_inits(tmp_path)
-    yield
-    left = leakcheck.check(tmp_path, before)
-    if left:
-        pytest.fail("%d sandbox(es) outlived the test (killed now): %s" % (
-            len(left), ", ".join("pid %d (%s)" % kv for kv in sorted(left.items()))))
+_no_sandbox_outlives_the_test = leakcheck.no_sandbox_outlives_the_test  # autouse
 
 
 @pytest.fixture(autouse=True)
