@@ -5,6 +5,7 @@
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sbx_agent_opts {
@@ -15,6 +16,10 @@ struct sbx_agent_opts {
   /* run in each command's child before its exec (async-signal-safe; nonzero: the command
    * fails with status 126), or NULL: the backend's extra confinement of commands */
   int (*cmd_confine)(void);
+  /* a writable host folder is idmapped (ids.c): sbx-init's own chmod/chown and write_file
+   * give no setuid/setgid mode and no owner SBX_FOREIGN_ID either (what cmd_confine refuses
+   * commands) */
+  bool guard_ids;
 };
 
 /* server.c: the main loop, until the sandbox expires. */
