@@ -17,7 +17,19 @@
  * owns a thread folder owns what its sandboxes write there, a root-owned volume is writable
  * by root inside, and no range's ids are left on disk to be reused. (podman's `:idmap` maps
  * the container's ids to the same ids on disk instead: its root writes files of the host's
- * root.) A folder owned by SBX_UID_BASE, as libsbx makes them, maps exactly as before. */
+ * root.) A folder owned by SBX_UID_BASE, as libsbx makes them, maps as before, but for one id:
+ *
+ * The foreign owner's slot. A file of host root's in a folder that is not root's (DeerFlow's
+ * gateway, running as root, writes the uploads into a folder libsbx made) would be unmapped:
+ * shown as the overflow id 65534, with no capability of root inside over it (the kernel wants
+ * its owner mapped) and EOVERFLOW for a rename over it or an unlink of it. So on-disk 0 maps to
+ * SBX_FOREIGN_ID (65534) inside instead of SBX_UID_BASE + 65534, which loses its mapping: what
+ * the sandbox sees is the same, but root inside may now replace, append to and delete those
+ * files (a replace is a new file, the folder owner's; an append keeps root's). Any process
+ * acting as 65534 would write as host root there, so a sandbox with such a folder runs its
+ * commands under the id guard (gen-seccomp.c: no set*id or chown to 65534) and sbx-init refuses
+ * that id too; spares, whose commands started without the guard, do not get the slot
+ * (adopt.c). Files of any other host id stay unmapped (agent/files.c names the cause). */
 #include "linux.h"
 
 #include <errno.h>
