@@ -23,15 +23,14 @@ def idmaps(home):
     return b"[ok  ] idmapped" in p.stdout
 
 
-@pytest.fixture
-def upl(sbxd, tmp_path):  # noqa: F811
-    """(op, sid, uploads dir on the host, thread folder on the host): a sandbox acquired through
+def acquire(sbxd, tmp_path, config=None):  # noqa: F811
+    """(op, uploads dir on the host, thread folder on the host): a sandbox acquired through
     sbxd, its uploads folder made by host root after the sandbox exists (as the gateway does)."""
     home = tmp_path / "home"
     home.mkdir()
     if not idmaps(home):
         pytest.skip("the file system of %s cannot idmap (sbx doctor)" % home)
-    s = sbxd(home=home)
+    s = sbxd(home=home, config=config)
     thread = "up-" + uuid.uuid4().hex[:12]
     r = s.req("POST", "/v1/contract/acquire", {"thread": thread})
     assert r.status == 200, r.body
@@ -49,6 +48,11 @@ def upl(sbxd, tmp_path):  # noqa: F811
         assert r.status == status or (status is None and r.status >= 400), (name, r.status, r.body)
         return r.json()
     return op, up, ud
+
+
+@pytest.fixture
+def upl(sbxd, tmp_path):  # noqa: F811
+    return acquire(sbxd, tmp_path)
 
 
 def host_file(path, text, mode=0o644, uid=0, gid=0):
@@ -134,3 +138,19 @@ def test_unmapped_owner_is_named(upl):
     with open(p) as f:
         assert f.read() == "other\n"
 
+
+
+def test_map_host_root_off(sbxd, tmp_path):  # noqa: F811
+    """`map_host_root: false`: host root's files stay unmapped (as before issue 29): a replace
+    fails, in words; and no id guard: a command may run as 65534 (which is 165534 on disk
+    there)."""
+    op, up, ud = acquire(sbxd, tmp_path, "sandbox:\n  map_host_root: false\n")
+    ws = "/mnt/user-data/workspace"
+    host_file(os.path.join(ud, "workspace", "doc.txt"), "from the gateway\n")
+    assert op("read_file", {"path": ws + "/doc.txt"})["content"] == "from the gateway\n"
+    r = op("write_file", {"path": ws + "/doc.txt", "content": "x"}, status=None)
+    assert "does not map" in r["message"] and "Value too large" not in r["message"], r
+    r = op("execute_command", {"command": "setpriv --reuid=65534 --regid=65534 --clear-groups "
+                                          "id -u && chown 65534 %s/doc.txt 2>&1; echo $?" % ws})
+    assert r["stdout"].split()[0] == "65534", r
+    assert r["stdout"].split()[-1] != "0", r  # unmapped: root inside may not chown it either

@@ -113,6 +113,7 @@ struct sbx_launch_spec {
   uint64_t cpu_millis;   /* 1000 = one CPU; 0 = none */
   int64_t pids;          /* 0 = none */
   bool net_host;         /* share the host network namespace */
+  bool map_host_root;    /* the foreign owner's slot in idmapped folders (ids.c) */
   bool net_egress;       /* sandbox.network egress: its resolver is the enforcer's (net.c) */
   uint64_t tmp_bytes;
   uint64_t home_bytes;

@@ -214,7 +214,8 @@ static void owners_make(struct sbx_launch_spec *s, struct sbx_idmap_helper *help
       if (s->owners[k].userns >= 0 && s->owners[k].uid == o->uid && s->owners[k].gid == o->gid)
         o->userns = fcntl(s->owners[k].userns, F_DUPFD_CLOEXEC, 3);
     if (o->userns < 0)
-      o->userns = sbx__ids_idmap_userns(s->uid_base, o->uid, o->gid, true, &helpers[made++], NULL);
+      o->userns = sbx__ids_idmap_userns(s->uid_base, o->uid, o->gid, s->map_host_root,
+                                        &helpers[made++], NULL);
   }
 }
 

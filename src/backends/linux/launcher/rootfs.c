@@ -303,7 +303,7 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
         retry = !ro; /* a read-only mount keeps the ids it has, nothing is written there */
       } else if (o && o->userns >= 0 && !ro) {
         /* host root's files are mapped (the foreign owner's slot) unless root owns the top */
-        if (st.st_uid != 0 || st.st_gid != 0)
+        if (s->map_host_root && (st.st_uid != 0 || st.st_gid != 0))
           s->guard_foreign = true;
         if (s->guard_foreign || st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE)
           s->guard_setid = true;
