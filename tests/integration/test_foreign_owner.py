@@ -154,3 +154,28 @@ def test_map_host_root_off(sbxd, tmp_path):  # noqa: F811
                                           "id -u && chown 65534 %s/doc.txt 2>&1; echo $?" % ws})
     assert r["stdout"].split()[0] == "65534", r
     assert r["stdout"].split()[-1] != "0", r  # unmapped: root inside may not chown it either
+
+
+def test_sbx_init_refuses_setid_and_nobody(sbxd, tmp_path):  # noqa: F811
+    """sbx-init's own chmod/chown (OpenSandbox's /files/permissions) obeys the guards its
+    commands run under: no setuid/setgid mode, no owner or group 65534 (host root's in the
+    folder); an ordinary mode and owner still work."""
+    home = tmp_path / "home"
+    home.mkdir()
+    if not idmaps(home):
+        pytest.skip("the file system of %s cannot idmap (sbx doctor)" % home)
+    s = sbxd(home=home)
+    sb = s.create()
+    d = sb.req("GET", "/directories/list?path=/mnt/user-data&depth=0")
+    if d.status != 200:
+        pytest.skip("an OpenSandbox sandbox without a thread folder: %s" % d.body)
+    f = "/mnt/user-data/workspace/f"
+    assert sb.req("POST", "/files/permissions", {"/mnt/user-data/workspace": {"mode": 755}}).status == 200
+    r = sb.req("POST", "/command", {"command": "echo x > %s" % f})
+    assert r.status == 200
+    for body in ({"mode": 4755}, {"mode": 2755}, {"owner": "nobody"}, {"group": "nogroup"}):
+        r = sb.req("POST", "/files/permissions", {f: body})
+        assert r.status >= 400, (body, r.body)
+        msg = r.error()[1]
+        assert "setuid/setgid" in msg or "host root" in msg, (body, msg)
+    assert sb.req("POST", "/files/permissions", {f: {"mode": 640, "owner": "root"}}).status == 200

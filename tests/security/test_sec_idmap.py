@@ -271,6 +271,11 @@ def test_foreign_id_guard(s, request, tmp_path):
     assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (0, 0)  # appended in place: still root's
     assert root_owned(sbxsec.thread_dir(s, t), {f}) == [], r
     assert not os.path.exists(os.path.join(ws, "by-nobody")), r
+    # the CLI's write replaces root's file: a new one, the folder owner's (100000's)
+    s.run("write", "-t", t, WS + "/upload.txt", input=b"by the agent\n", check=0)
+    with open(f) as fh:
+        assert fh.read() == "by the agent\n"
+    assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (100000, 100000)
 
     # positive control: a root-owned volume maps root to root, so nothing is host root's as
     # 65534 there and the id guard is off: the same probe takes 65534 (165534 on disk)
