@@ -439,8 +439,15 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
         mode = st.st_mode & (guard_ids ? 01777 : 07777); /* a setid bit is not carried over */
     }
     fd = open_temp(dirfd, base, &tmp);
-    if (fd < 0)
-      sbx__make_error(&err, errno, sbx__errno_kind(errno), "create %s", path);
+    struct stat dst;
+    int e = errno;
+    if (fd < 0 && unmapped_owner(e, dirfd, ".", &dst))
+      sbx__error_setf(&err, e, SBX_E_IO,
+                      "create %s: its folder belongs to a host user or group this sandbox does "
+                      "not map (it shows as %u:%u), so root inside may not write in it",
+                      path, (unsigned) dst.st_uid, (unsigned) dst.st_gid);
+    else if (fd < 0)
+      sbx__make_error(&err, e, sbx__errno_kind(e), "create %s", path);
     replace = true;
   }
 drain:

@@ -137,6 +137,13 @@ def test_unmapped_owner_is_named(upl):
     assert (st.st_uid, st.st_gid) == (4242, 4242)
     with open(p) as f:
         assert f.read() == "other\n"
+    # a folder of that user's: nothing can be written in it, and the error says why
+    d = os.path.join(up, "theirs")
+    os.mkdir(d, 0o755)
+    os.chown(d, 4242, 4242)
+    r = op("write_file", {"path": UP + "/theirs/new.txt", "content": "x"}, status=None)
+    assert "its folder belongs to a host user" in r["message"], r
+    assert os.listdir(d) == []
 
 
 
