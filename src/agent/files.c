@@ -23,10 +23,10 @@
 static int root_fd = -1;
 
 /* A writable host folder is idmapped (agent.h's guard_ids): what sbx-init changes for a client
- * gets no setuid/setgid mode, and no file is given the id NOBODY, which is host root's there
- * (ids.c's foreign owner's slot). NOBODY is also what the kernel shows for a file whose host
- * owner the sandbox does not map. */
-static bool guard_ids;
+ * gets no setuid/setgid mode; and with guard_nobody no file is given the id NOBODY, which is
+ * host root's there (ids.c's foreign owner's slot). NOBODY is also what the kernel shows for a
+ * file whose host owner the sandbox does not map. */
+static bool guard_ids, guard_nobody;
 #define NOBODY 65534u
 #define SETID_BITS ((uint64_t) (S_ISUID | S_ISGID))
 
@@ -64,9 +64,10 @@ static int open_search_root(const char *path, int flags)
   return (int) syscall(SYS_openat2, root_fd, path, &how, sizeof how);
 }
 
-void agent_files_init(bool guard)
+void agent_files_init(bool setid, bool nobody)
 {
-  guard_ids = guard;
+  guard_ids = setid;
+  guard_nobody = nobody;
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   sbx__search_open_root = open_search_root;
 }
@@ -797,7 +798,7 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
     return agent_reply_error(c, &err);
   }
   /* as the id guard does for commands (uid_t is 32 bits: compare what the kernel takes) */
-  if (guard_ids && ((uint32_t) uid == NOBODY || (uint32_t) gid == NOBODY)) {
+  if (guard_nobody && ((uint32_t) uid == NOBODY || (uint32_t) gid == NOBODY)) {
     sbx__make_error(&err, 0, SBX_E_INVALID,
                     "owner of %s: id %u is host root's in a sandbox with a writable host folder",
                     path, NOBODY);

@@ -176,7 +176,8 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
                                 .cmd_confine = s->guard_foreign ? sbx__confine_foreign_guard
                                                : s->guard_setid ? sbx__confine_setid_guard
                                                                 : NULL,
-                                .guard_ids = s->guard_setid || s->guard_foreign};
+                                .guard_ids = s->guard_setid || s->guard_foreign,
+                                .guard_nobody = s->guard_foreign};
   _exit(sbx__agent_serve(&opts));
 }
 
