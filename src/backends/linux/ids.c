@@ -178,7 +178,7 @@ int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base, boo
     return len;
   }
   if (owner == SBX_UID_BASE && len >= 0 && (size_t) len < size) {
-    /* the folders libsbx make: one line up to the foreign slot, as before up to there */
+    /* the folders libsbx makes: one line up to the foreign slot, as before up to there */
     len += snprintf(buf + len, size - (size_t) len, "%u\n", SBX_FOREIGN_ID);
   } else if (len >= 0 && (size_t) len < size) {
     len += snprintf(buf + len, size - (size_t) len, "1\n");
