@@ -81,6 +81,11 @@ struct sbx_config {
   char *cgroup_manager;
   bool cgroup_required;
   char *cgroup_slice; /* the systemd manager's slice for sandboxes, default "sbx.slice" */
+  /* linux: host root's files in an idmapped folder whose top is not root's are 65534 inside
+   * and root inside may change them (default true); commands then may not take uid/gid 65534
+   * or set setuid/setgid bits (docs/security.md). false: they stay unmapped, and a sandbox of
+   * the folders libsbx makes has no such guard */
+  bool map_host_root;
   /* image pulls: per-registry credentials and plain http, and mirrors tried first
    * ("HOST[:PORT]" for docker.io, "DOMAIN=HOST[:PORT]" for another) */
   struct sbx_registry *registries;

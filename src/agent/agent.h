@@ -5,6 +5,7 @@
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sbx_agent_opts {
@@ -15,6 +16,10 @@ struct sbx_agent_opts {
   /* run in each command's child before its exec (async-signal-safe; nonzero: the command
    * fails with status 126), or NULL: the backend's extra confinement of commands */
   int (*cmd_confine)(void);
+  /* a writable host folder is idmapped (ids.c), so commands run under the setid guard:
+   * sbx-init's own chmod and write_file give no setuid/setgid mode either; guard_nobody: host
+   * root's files are mapped as 65534 there (the id guard), so sbx-init's chown refuses 65534 */
+  bool guard_ids, guard_nobody;
 };
 
 /* server.c: the main loop, until the sandbox expires. */

@@ -22,6 +22,39 @@
 
 static int root_fd = -1;
 
+/* A writable host folder is idmapped (agent.h's guard_ids): what sbx-init changes for a client
+ * gets no setuid/setgid mode; and with guard_nobody no file is given the id NOBODY, which is
+ * host root's there (ids.c's foreign owner's slot). NOBODY is also what the kernel shows for a
+ * file whose host owner the sandbox does not map. */
+static bool guard_ids, guard_nobody;
+#define NOBODY 65534u
+#define SETID_BITS ((uint64_t) (S_ISUID | S_ISGID))
+
+/* Whether a failure e on base in dirfd comes of its file belonging to a host user the sandbox
+ * does not map (shown as NOBODY): root inside has no capability over such a file, and the
+ * kernel says EOVERFLOW ("Value too large") when it is deleted or replaced (EOVERFLOW says
+ * so in any sandbox, EPERM and EACCES only where a host folder is idmapped). */
+static bool unmapped_owner(int e, int dirfd, const char *base, struct stat *st)
+{
+  return (e == EOVERFLOW || (guard_ids && (e == EPERM || e == EACCES))) && dirfd >= 0 && base &&
+         fstatat(dirfd, base, st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         (st->st_uid == NOBODY || st->st_gid == NOBODY);
+}
+
+/* err for a failed `what path` (base in dirfd): its cause in words when it is an unmapped
+ * owner (never the kernel's EOVERFLOW text), else as usual. */
+static int file_error(sbx_error_t *err, int e, int dirfd, const char *base, const char *what,
+                      const char *path)
+{
+  struct stat st;
+  if (unmapped_owner(e, dirfd, base, &st))
+    return sbx__error_setf(err, e, SBX_E_IO,
+                           "%s %s: the file belongs to a host user or group this sandbox does not "
+                           "map (it shows as %u:%u), so root inside may not change it",
+                           what, path, (unsigned) st.st_uid, (unsigned) st.st_gid);
+  return sbx__make_error(err, e, sbx__errno_kind(e), "%s %s", what, path);
+}
+
 /* Search roots (search.c) are resolved like every other path: inside the sandbox's root, never
  * through a magic link (/proc/self/fd/N would otherwise reach whatever sbx-init holds). */
 static int open_search_root(const char *path, int flags)
@@ -31,8 +64,10 @@ static int open_search_root(const char *path, int flags)
   return (int) syscall(SYS_openat2, root_fd, path, &how, sizeof how);
 }
 
-void agent_files_init(void)
+void agent_files_init(bool setid, bool nobody)
 {
+  guard_ids = setid;
+  guard_nobody = nobody;
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   sbx__search_open_root = open_search_root;
 }
@@ -364,13 +399,29 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
       split_path(path, &dir, &base, &err) < 0)
     goto drain;
   mode &= 07777;
+  if (guard_ids && (mode & SETID_BITS) && sbx__tlv_has(payload, len, SBX_T_MODE)) {
+    sbx__make_error(&err, 0, SBX_E_INVALID,
+                    "mode %04o of %s: setuid/setgid modes are refused in a sandbox with a "
+                    "writable host folder",
+                    (unsigned) mode, path);
+    goto drain;
+  }
   if ((flags & SBX_WRITE_PARENTS) && make_dirs(dir, 0755, &err) < 0)
     goto drain;
   dirfd = agent_open(dir, O_PATH | O_DIRECTORY, 0, &err);
   if (dirfd < 0)
     goto drain;
   if (flags & SBX_WRITE_APPEND) {
-    fd = agent_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK, (int) mode, &err);
+    sbx_error_t open_err = NULL;
+    fd = agent_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK, (int) mode,
+                    &open_err);
+    struct stat ost;
+    if (fd < 0 && unmapped_owner(open_err->status, dirfd, base, &ost)) {
+      file_error(&err, open_err->status, dirfd, base, "append to", path);
+      sbx_error_release(&open_err);
+    } else if (fd < 0) {
+      err = open_err;
+    }
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
       sbx__make_error(&err, 0, SBX_E_INVALID, "not a regular file: %s", path);
@@ -386,11 +437,18 @@ int agent_write(struct agent_conn *c, const char *payload, size_t len)
         goto drain;
       }
       if (S_ISREG(st.st_mode) && !sbx__tlv_has(payload, len, SBX_T_MODE))
-        mode = st.st_mode & 07777;
+        mode = st.st_mode & (guard_ids ? 01777 : 07777); /* a setid bit is not carried over */
     }
     fd = open_temp(dirfd, base, &tmp);
-    if (fd < 0)
-      sbx__make_error(&err, errno, sbx__errno_kind(errno), "create %s", path);
+    struct stat dst;
+    int e = errno;
+    if (fd < 0 && unmapped_owner(e, dirfd, ".", &dst))
+      sbx__error_setf(&err, e, SBX_E_IO,
+                      "create %s: its folder belongs to a host user or group this sandbox does "
+                      "not map (it shows as %u:%u), so root inside may not write in it",
+                      path, (unsigned) dst.st_uid, (unsigned) dst.st_gid);
+    else if (fd < 0)
+      sbx__make_error(&err, e, sbx__errno_kind(e), "create %s", path);
     replace = true;
   }
 drain:
@@ -404,7 +462,7 @@ drain:
     sbx__make_error(&err, errno, sbx__errno_kind(errno), "sync %s", path);
   if (err == NULL && replace) {
     if (fchmod(fd, (mode_t) mode) < 0 || commit_temp(dirfd, fd, &tmp, base) < 0)
-      sbx__make_error(&err, errno, sbx__errno_kind(errno), "replace %s", path);
+      file_error(&err, errno, dirfd, base, "replace", path);
   }
   if (err) {
     if (tmp && dirfd >= 0)
@@ -589,13 +647,14 @@ int agent_mkdir(struct agent_conn *c, const char *payload, size_t len)
   if (fd >= 0)
     close(fd);
   sbx_error_release(&probe);
-  if (make_dirs(path, (int) (mode & 07777), &err) < 0)
+  mode &= guard_ids ? 01777 : 07777; /* no setgid directory either */
+  if (make_dirs(path, (int) mode, &err) < 0)
     return agent_reply_error(c, &err);
   if (!existed) {
     cleanup_close int dfd = agent_open(path, O_RDONLY | O_DIRECTORY, 0, &err);
     if (dfd < 0)
       return agent_reply_error(c, &err);
-    fchmod(dfd, (mode_t) (mode & 07777));
+    fchmod(dfd, (mode_t) mode);
   }
   sbx_tlv_writer_t w = {0};
   sbx__tlv_put_u64(&w, SBX_T_COUNT, existed ? 0 : 1);
@@ -637,7 +696,7 @@ int agent_remove(struct agent_conn *c, const char *payload, size_t len)
     r = unlinkat(dfd, base, 0);
   }
   if (r < 0) {
-    sbx__make_error(&err, errno, sbx__errno_kind(errno), "remove %s", path);
+    file_error(&err, errno, dfd, base, "remove", path);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);
@@ -666,10 +725,24 @@ int agent_rename(struct agent_conn *c, const char *payload, size_t len)
   if (dfd < 0)
     return agent_reply_error(c, &err);
   if (renameat2(sfd, sbase, dfd, dbase, RENAME_NOREPLACE) < 0) {
-    sbx__make_error(&err, errno, sbx__errno_kind(errno), "move %s to %s", src, dst);
+    int e = errno;
+    cleanup_free char *to = xasprintf("%s to %s", src, dst);
+    file_error(&err, e, sfd, sbase, "move", to);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);
+}
+
+/* file_error for path, whose directory is looked up again (only on failure: "/" has none). */
+static int path_error(sbx_error_t *err, int e, const char *what, const char *path)
+{
+  cleanup_free char *dir = NULL, *base = NULL;
+  sbx_error_t ignored = NULL;
+  cleanup_close int dirfd = split_path(path, &dir, &base, &ignored) < 0
+                                ? -1
+                                : agent_open(dir, O_PATH | O_DIRECTORY, 0, &ignored);
+  sbx_error_release(&ignored);
+  return file_error(err, e, dirfd, base, what, path);
 }
 
 /* Looks up a user or group name in the sandbox's own /etc file, or takes a number. */
@@ -708,13 +781,11 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
       sbx__tlv_get_str(payload, len, SBX_T_OWNER, &owner) < 0 ||
       sbx__tlv_get_str(payload, len, SBX_T_GROUP, &group) < 0)
     return agent_reply_error(c, &err);
-  cleanup_close int fd = agent_open(path, O_PATH, 0, &err);
-  if (fd < 0)
-    return agent_reply_error(c, &err);
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-  if (mode && chmod(proc, (mode_t) (mode & 07777)) < 0) {
-    sbx__make_error(&err, errno, sbx__errno_kind(errno), "chmod %s", path);
+  if (guard_ids && (mode & SETID_BITS)) {
+    sbx__make_error(&err, 0, SBX_E_INVALID,
+                    "mode %04o of %s: setuid/setgid modes are refused in a sandbox with a "
+                    "writable host folder",
+                    (unsigned) (mode & 07777), path);
     return agent_reply_error(c, &err);
   }
   uint64_t uid = (uint64_t) -1, gid = (uint64_t) -1;
@@ -726,9 +797,25 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
     sbx__make_error(&err, 0, SBX_E_INVALID, "unknown group %s", group);
     return agent_reply_error(c, &err);
   }
+  /* as the id guard does for commands (uid_t is 32 bits: compare what the kernel takes) */
+  if (guard_nobody && ((uint32_t) uid == NOBODY || (uint32_t) gid == NOBODY)) {
+    sbx__make_error(&err, 0, SBX_E_INVALID,
+                    "owner of %s: id %u is host root's in a sandbox with a writable host folder",
+                    path, NOBODY);
+    return agent_reply_error(c, &err);
+  }
+  cleanup_close int fd = agent_open(path, O_PATH, 0, &err);
+  if (fd < 0)
+    return agent_reply_error(c, &err);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (mode && chmod(proc, (mode_t) (mode & 07777)) < 0) {
+    path_error(&err, errno, "chmod", path);
+    return agent_reply_error(c, &err);
+  }
   if ((uid != (uint64_t) -1 || gid != (uint64_t) -1) &&
       fchownat(fd, "", (uid_t) uid, (gid_t) gid, AT_EMPTY_PATH) < 0) {
-    sbx__make_error(&err, errno, sbx__errno_kind(errno), "chown %s", path);
+    path_error(&err, errno, "chown", path);
     return agent_reply_error(c, &err);
   }
   return agent_reply_ok(c, NULL);

@@ -9,7 +9,7 @@
 #include "reply.h"
 
 /* Once, before any connection: opens the sandbox's root and points the search walkers at it. */
-void agent_files_init(void);
+void agent_files_init(bool guard_ids, bool guard_nobody);
 int agent_read_text(struct agent_conn *c, const char *payload, size_t len);
 int agent_read(struct agent_conn *c, const char *payload, size_t len);
 int agent_write(struct agent_conn *c, const char *payload, size_t len);

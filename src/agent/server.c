@@ -188,7 +188,7 @@ int sbx__agent_serve(const struct sbx_agent_opts *o)
     return 1;
   atomic_store(&last_activity_ms, sbx__now_ms());
   atomic_store(&idle_timeout_ms, o->idle_timeout_s > 0 ? (uint64_t) o->idle_timeout_s * 1000u : 0);
-  agent_files_init();
+  agent_files_init(o->guard_ids, o->guard_nobody);
   agent_exec_init(ep, o->cmd_nofile, o->cmd_confine);
 
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ev};

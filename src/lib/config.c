@@ -681,6 +681,7 @@ static const struct field sandbox_fields[] = {
     {"cgroup_manager", F_CGMANAGER, OFF(cgroup_manager), false, 0, NULL},
     {"cgroup_required", F_BOOL, OFF(cgroup_required), false, 0, NULL},
     {"cgroup_slice", F_SLICE, OFF(cgroup_slice), false, 0, NULL},
+    {"map_host_root", F_BOOL, OFF(map_host_root), false, 0, NULL},
     {"registries", F_REGISTRIES, 0, false, 0, NULL},
     {"registry_mirrors", F_MIRRORS, 0, false, 0, NULL},
     {"allow_host_bash", F_IGNORED_BOOL, 0, false, 0, NULL},
@@ -1268,6 +1269,7 @@ static struct sbx_config *config_alloc(void)
   cfg->pids = 1024;
   /* an ordinary user often has no delegated cgroup: warn there instead (docs/hosts.md) */
   cfg->cgroup_required = geteuid() == 0;
+  cfg->map_host_root = true;
   cfg->output_max_bytes = UINT64_C(10) << 20;
   cfg->bash_output_max_chars = 20000;
   cfg->read_file_output_max_chars = 50000;
@@ -1585,6 +1587,7 @@ char *sbx_config_dump(const struct sbx_config *cfg)
   put_str(&b, in, "cgroup_manager", cfg->cgroup_manager ? cfg->cgroup_manager : "auto");
   sbx__buf_printf(&b, "  cgroup_required: %s\n", cfg->cgroup_required ? "true" : "false");
   put_str(&b, in, "cgroup_slice", cfg->cgroup_slice ? cfg->cgroup_slice : "sbx.slice");
+  sbx__buf_printf(&b, "  map_host_root: %s\n", cfg->map_host_root ? "true" : "false");
   sbx__buf_puts(&b, cfg->n_registries ? "  registries:\n" : "  registries: {}\n");
   for (size_t i = 0; i < cfg->n_registries; i++) {
     const struct sbx_registry *r = &cfg->registries[i];

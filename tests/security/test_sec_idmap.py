@@ -161,15 +161,144 @@ def test_setid_guard(s):
         st = os.lstat(os.path.join(ws, name))
         assert not st.st_mode & 0o6000, (name, oct(st.st_mode))
         assert st.st_uid == USER
-    # positive control: without the guard (a default folder, owned by 100000) the probe
-    # succeeds, so the refusals above are the guard's
-    c = sbxsec.new_thread("unguarded")
-    s.run("upload", "-t", c, WS + "/guard.py", input=GUARD.encode(), check=0)
-    got = sbxsec.parse_results(s.sh(c, "python3 %s/guard.py %s" % (WS, WS))["stdout"])
+    # positive control: without the guard (a throw-away sandbox: no host folder at all) the
+    # probe succeeds, so the refusals above are the guard's. (A default folder, 100000's, is
+    # guarded too since host root's files are mapped there: test_foreign_id_guard.)
+    p = s.run("run", "-i", "--", "cat > /tmp/guard.py && python3 /tmp/guard.py /tmp",
+              input=GUARD.encode(), check=0)
+    got = sbxsec.parse_results(p.stdout.decode())
     assert got["chmod_suid"] == "ok" and got["create_suid"] == "ok" and got["setcap"] == "ok", got
     assert got["openat2"] == "ok", got
-    st = os.lstat(os.path.join(sbxsec.thread_dir(s, c), "workspace", "t"))
-    assert st.st_mode & 0o6000 and st.st_uid == 100000, oct(st.st_mode)  # the last chmod: g+s
+
+
+IDS = r'''
+import ctypes, errno, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+d, f = sys.argv[1], sys.argv[2]
+def res(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def sc(name, nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_ulong(a) for a in args])
+    return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def child(fn):
+    """fn in a child (a uid change is for good): its result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, fn().encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    return os.read(r, 100).decode()
+def sh(cmd):
+    return "ok" if subprocess.run(cmd, shell=True, capture_output=True).returncode == 0 else "fail"
+NR = {"setresuid": 117, "setresgid": 119, "setfsuid": 122, "setfsgid": 123}  # x86_64
+out = {
+    "setpriv": sh("setpriv --reuid=65534 --regid=65534 --clear-groups touch %s/by-nobody" % d),
+    "setpriv_uid": sh("setpriv --reuid=65534 touch %s/by-nobody-u" % d),
+    "setpriv_gid": sh("setpriv --regid=65534 --clear-groups touch %s/by-nobody-g" % d),
+    "chown": sh("chown 65534:65534 %s" % f),
+    "chown_u": sh("chown 65534 %s" % f),
+    "chgrp": sh("chgrp 65534 %s" % f),
+    "os_chown": res(lambda: os.chown(f, 65534, -1)),
+    "os_lchown": res(lambda: os.lchown(f, -1, 65534)),
+    "setresuid": child(lambda: res(lambda: os.setresuid(65534, 65534, 65534))),
+    "setresgid": child(lambda: res(lambda: os.setresgid(65534, 65534, 65534))),
+    "setuid": child(lambda: res(lambda: os.setuid(65534))),
+    "setreuid": child(lambda: res(lambda: os.setreuid(-1, 65534))),
+    "setegid": child(lambda: res(lambda: os.setegid(65534))),
+    # the kernel takes 32 bits: high bits set must not slip 65534 past the filter
+    "setresuid_hi": child(lambda: sc("setresuid", NR["setresuid"], 0xffffffff0000fffe,
+                                     0xffffffff0000fffe, 0xffffffff0000fffe)),
+    "setfsuid": child(lambda: (sc("setfsuid", NR["setfsuid"], 65534), os.close(os.open(
+        d + "/by-fsuid", os.O_CREAT | os.O_WRONLY)))[0]),
+    # what stays allowed: no change (-1), and root's own ids
+    "chown_nochange": res(lambda: os.chown(f, -1, -1)),
+    "setresuid_nochange": child(lambda: res(lambda: os.setresuid(-1, -1, -1))),
+    "setuid_other": child(lambda: res(lambda: os.setuid(1000))),
+}
+for k, v in out.items():
+    print(k, v)
+'''
+
+
+def root_owned(top, pre):
+    """Files and folders below top that belong to host root (uid or gid 0), but for pre."""
+    found = []
+    for d, dirs, files in os.walk(top):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            if (st.st_uid == 0 or st.st_gid == 0) and p not in pre:
+                found.append((p, st.st_uid, st.st_gid))
+    return found
+
+
+def test_foreign_id_guard(s, request, tmp_path):
+    """Host root's files in a folder libsbx made (100000's) are mapped as nobody (65534) inside,
+    so that root inside may edit the uploads a gateway running as root wrote there (ids.c's
+    foreign owner's slot). A process acting as 65534 would then write as host root: no command
+    may take that id (setpriv, set*id in any form, setfsuid) nor give it to a file (chown), and
+    no file of host root appears. The positive control: the same probe in a throw-away sandbox
+    (no thread folder) whose only folder, a volume, belongs to root (no foreign slot there:
+    65534 is 165534 on disk) succeeds."""
+    t = sbxsec.new_thread("foreign")
+    s.sh(t, "true")
+    ws = os.path.join(sbxsec.thread_dir(s, t), "workspace")
+    f = os.path.join(ws, "upload.txt")
+    with open(f, "w") as fh:
+        fh.write("from the gateway\n")  # host root's, as DeerFlow's gateway writes uploads
+    s.run("upload", "-t", t, "/tmp/ids.py", input=IDS.encode(), check=0)
+    r = s.sh(t, "stat -c '%%u:%%g' %s/upload.txt && echo more >> %s/upload.txt && "
+                "python3 /tmp/ids.py %s %s/upload.txt" % (WS, WS, WS, WS))
+    lines = r["stdout"].split("\n", 1)
+    assert lines[0] == "65534:65534", r  # mapped: root inside appended to it below
+    got = sbxsec.parse_results(lines[1])
+    refused = ["setpriv", "setpriv_uid", "setpriv_gid", "chown", "chown_u", "chgrp"]
+    assert {k: got.get(k) for k in refused} == {k: "fail" for k in refused}, got
+    eperm = ["os_chown", "os_lchown", "setresuid", "setresgid", "setuid", "setreuid", "setegid",
+             "setresuid_hi", "setfsuid"]
+    assert {k: got.get(k) for k in eperm} == {k: "EPERM" for k in eperm}, got
+    assert got["chown_nochange"] == "ok" and got["setresuid_nochange"] == "ok", got
+    assert got["setuid_other"] == "ok", got
+    with open(f) as fh:
+        assert fh.read() == "from the gateway\nmore\n"
+    assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (0, 0)  # appended in place: still root's
+    assert root_owned(sbxsec.thread_dir(s, t), {f}) == [], r
+    assert not os.path.exists(os.path.join(ws, "by-nobody")), r
+    # the CLI's write replaces root's file: a new one, the folder owner's (100000's)
+    s.run("write", "-t", t, WS + "/upload.txt", input=b"by the agent\n", check=0)
+    with open(f) as fh:
+        assert fh.read() == "by the agent\n"
+    assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (100000, 100000)
+
+    # positive control: a root-owned volume maps root to root, so nothing is host root's as
+    # 65534 there and the id guard is off: the same probe takes 65534 (165534 on disk)
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    os.chmod(vol, 0o777)  # nobody may write there
+    vf = vol / "upload.txt"
+    vf.write_text("host\n")
+    home = tmp_path / "home-ctl"
+    home.mkdir()
+    cfg = tmp_path / "vol.yaml"
+    cfg.write_text("sandbox:\n  mounts:\n    - host_path: %s\n      container_path: /mnt/vol\n"
+                   % vol)
+    c = sbxsec.Sbx(home, str(cfg))
+    request.addfinalizer(c.down)
+    r = c.run("run", "-i", "--", "cat > /tmp/ids.py && python3 /tmp/ids.py /mnt/vol "
+              "/mnt/vol/upload.txt", input=IDS.encode(), check=0).stdout.decode()
+    got = sbxsec.parse_results(r)
+    assert got["setpriv"] == "ok" and got["setresuid"] == "ok" and got["chown"] == "ok", (got, r)
+    assert got["setresuid_hi"] == "ok" and got["setfsuid"] == "ok", (got, r)
+    for n in ("by-nobody", "by-fsuid", "upload.txt"):  # 65534 inside is 165534 there
+        st = os.lstat(vol / n)
+        assert (st.st_uid, st.st_gid) == (165534, 165534 if n != "by-fsuid" else 0), (n, st)
 
 
 def test_other_sandboxes_cannot_reach_the_folder(s):

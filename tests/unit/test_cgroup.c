@@ -163,11 +163,13 @@ static void test_kernel_probes(void **state)
 
 /* What the kernel demands of a map (ranges disjoint on both sides) and what ids.c promises:
  * the owner is the sandbox's root, every id of the range is mapped once, and every other
- * on-disk id is SBX_UID_BASE + (its id inside), the owner's slot swapped with SBX_UID_BASE. */
-static void check_map(uint32_t owner, uint32_t base)
+ * on-disk id is SBX_UID_BASE + (its id inside), the owner's slot swapped with SBX_UID_BASE,
+ * except the foreign owner's slot: host root (0) is SBX_FOREIGN_ID inside unless it owns the
+ * top. */
+static void check_map(uint32_t owner, uint32_t base, bool foreign)
 {
-  char buf[160];
-  int len = sbx__idmap_format(buf, sizeof buf, owner, base);
+  char buf[256];
+  int len = sbx__idmap_format(buf, sizeof buf, owner, base, foreign);
   assert_true(len > 0 && (size_t) len < sizeof buf && buf[len - 1] == '\n');
   static uint8_t seen[SBX_UID_COUNT];
   memset(seen, 0, sizeof seen);
@@ -189,7 +191,8 @@ static void check_map(uint32_t owner, uint32_t base)
     for (uint64_t j = 0; j < cnt; j++) {
       assert_int_equal(seen[in + j], 0);
       seen[in + j] = 1;
-      uint64_t want = in + j == 0 ? owner
+      uint64_t want = in + j == 0                                         ? owner
+                      : foreign && owner != 0 && in + j == SBX_FOREIGN_ID ? 0
                       : owner > SBX_UID_BASE && owner - SBX_UID_BASE == in + j
                           ? SBX_UID_BASE
                           : SBX_UID_BASE + in + j;
@@ -206,11 +209,20 @@ static void test_idmap_format(void **state)
   const uint32_t owners[] = {0,      1000,   SBX_UID_BASE, SBX_UID_BASE + 1, SBX_UID_BASE + 1000,
                              165534, 165535, 165536,       4294967294u};
   for (size_t i = 0; i < sizeof owners / sizeof owners[0]; i++)
-    check_map(owners[i], 0x10000000u);
-  char buf[160];
-  sbx__idmap_format(buf, sizeof buf, SBX_UID_BASE, 0x10000000u);
-  assert_string_equal(buf, "100000 268435456 65536\n"); /* as before for libsbx's folders */
-  sbx__idmap_format(buf, sizeof buf, 1000, 0x10000000u);
+    for (int f = 0; f < 2; f++)
+      check_map(owners[i], 0x10000000u, f);
+  char buf[256];
+  sbx__idmap_format(buf, sizeof buf, SBX_UID_BASE, 0x10000000u, true);
+  /* as before for libsbx's folders, but host root's files are nobody's (65534) inside */
+  assert_string_equal(buf, "100000 268435456 65534\n0 268500990 1\n165535 268500991 1\n");
+  sbx__idmap_format(buf, sizeof buf, 1000, 0x10000000u, true);
+  assert_string_equal(buf, "1000 268435456 1\n100001 268435457 65533\n0 268500990 1\n"
+                           "165535 268500991 1\n");
+  sbx__idmap_format(buf, sizeof buf, 0, 0x10000000u, true); /* root's top: root inside */
+  assert_string_equal(buf, "0 268435456 1\n100001 268435457 65535\n");
+  sbx__idmap_format(buf, sizeof buf, SBX_UID_BASE, 0x10000000u, false); /* a spare's */
+  assert_string_equal(buf, "100000 268435456 65536\n");
+  sbx__idmap_format(buf, sizeof buf, 1000, 0x10000000u, false);
   assert_string_equal(buf, "1000 268435456 1\n100001 268435457 65535\n");
 }
 

@@ -17,7 +17,19 @@
  * owns a thread folder owns what its sandboxes write there, a root-owned volume is writable
  * by root inside, and no range's ids are left on disk to be reused. (podman's `:idmap` maps
  * the container's ids to the same ids on disk instead: its root writes files of the host's
- * root.) A folder owned by SBX_UID_BASE, as libsbx makes them, maps exactly as before. */
+ * root.) A folder owned by SBX_UID_BASE, as libsbx makes them, maps as before, but for one id:
+ *
+ * The foreign owner's slot. A file of host root's in a folder that is not root's (DeerFlow's
+ * gateway, running as root, writes the uploads into a folder libsbx made) would be unmapped:
+ * shown as the overflow id 65534, with no capability of root inside over it (the kernel wants
+ * its owner mapped) and EOVERFLOW for a rename over it or an unlink of it. So on-disk 0 maps to
+ * SBX_FOREIGN_ID (65534) inside instead of SBX_UID_BASE + 65534, which loses its mapping: what
+ * the sandbox sees is the same, but root inside may now replace, append to and delete those
+ * files (a replace is a new file, the folder owner's; an append keeps root's). Any process
+ * acting as 65534 would write as host root there, so a sandbox with such a folder runs its
+ * commands under the id guard (gen-seccomp.c: no set*id or chown to 65534) and sbx-init refuses
+ * that id too; spares, whose commands started without the guard, do not get the slot
+ * (adopt.c). Files of any other host id stay unmapped (agent/files.c names the cause). */
 #include "linux.h"
 
 #include <errno.h>
@@ -145,23 +157,42 @@ static int idle(void *arg)
   return 0;
 }
 
-int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base)
+/* The on-disk id of id k (1..65535) inside an idmapped folder whose top belongs to owner. */
+static uint32_t idmap_disk(uint32_t owner, bool foreign, uint32_t k)
 {
-  const uint32_t lo = SBX_UID_BASE, n = SBX_UID_COUNT;
-  if (owner == lo) /* the folders libsbx makes: one line, as before */
-    return snprintf(buf, size, "%u %u %u\n", lo, base, n);
-  if (owner > lo && owner - lo < n) {
-    /* the owner is one of the others' on-disk ids (lo + j): inside j takes lo's place */
-    uint32_t j = owner - lo;
-    int len = snprintf(buf, size, "%u %u 1\n%u %u 1\n", owner, base, lo, base + j);
-    if (j > 1 && len >= 0 && (size_t) len < size)
-      len += snprintf(buf + len, size - (size_t) len, "%u %u %u\n", lo + 1, base + 1, j - 1);
-    if (j < n - 1 && len >= 0 && (size_t) len < size)
-      len += snprintf(buf + len, size - (size_t) len, "%u %u %u\n", owner + 1, base + j + 1,
-                      n - 1 - j);
+  const uint32_t lo = SBX_UID_BASE;
+  if (foreign && owner != 0 && k == SBX_FOREIGN_ID)
+    return 0; /* host root's files: the foreign owner's slot */
+  if (owner > lo && owner - lo == k)
+    return lo; /* the owner is one of the others' on-disk ids: lo takes its place */
+  return lo + k;
+}
+
+int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base, bool foreign)
+{
+  if (owner == 0)
+    foreign = false; /* root owns the top: root is root inside already */
+  int len = snprintf(buf, size, "%u %u ", owner, base);
+  if (owner == SBX_UID_BASE && len >= 0 && (size_t) len < size && !foreign) {
+    len += snprintf(buf + len, size - (size_t) len, "%u\n", SBX_UID_COUNT); /* as always */
     return len;
   }
-  return snprintf(buf, size, "%u %u 1\n%u %u %u\n", owner, base, lo + 1, base + 1, n - 1);
+  if (owner == SBX_UID_BASE && len >= 0 && (size_t) len < size) {
+    /* the folders libsbx makes: one line up to the foreign slot, as before up to there */
+    len += snprintf(buf + len, size - (size_t) len, "%u\n", SBX_FOREIGN_ID);
+  } else if (len >= 0 && (size_t) len < size) {
+    len += snprintf(buf + len, size - (size_t) len, "1\n");
+  }
+  /* runs of ids inside whose on-disk ids follow each other */
+  uint32_t k = owner == SBX_UID_BASE ? SBX_FOREIGN_ID : 1;
+  while (k < SBX_UID_COUNT && len >= 0 && (size_t) len < size) {
+    uint32_t first = idmap_disk(owner, foreign, k), n = 1;
+    while (k + n < SBX_UID_COUNT && idmap_disk(owner, foreign, k + n) == first + n)
+      n++;
+    len += snprintf(buf + len, size - (size_t) len, "%u %u %u\n", first, base + k, n);
+    k += n;
+  }
+  return len;
 }
 
 /* A user namespace with these uid and gid maps, held open by fd (h is reaped later). */
@@ -207,12 +238,12 @@ static int userns_with_maps(const char *umap, int ulen, const char *gmap, int gl
   return fd;
 }
 
-int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, struct sbx_idmap_helper *h,
-                          sbx_error_t *err)
+int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, bool foreign,
+                          struct sbx_idmap_helper *h, sbx_error_t *err)
 {
-  char umap[160], gmap[160];
-  int ul = sbx__idmap_format(umap, sizeof umap, (uint32_t) uid, base);
-  int gl = sbx__idmap_format(gmap, sizeof gmap, (uint32_t) gid, base);
+  char umap[256], gmap[256]; /* at most 6 lines of 3 numbers */
+  int ul = sbx__idmap_format(umap, sizeof umap, (uint32_t) uid, base, foreign);
+  int gl = sbx__idmap_format(gmap, sizeof gmap, (uint32_t) gid, base, foreign);
   if (ul <= 0 || (size_t) ul >= sizeof umap || gl <= 0 || (size_t) gl >= sizeof gmap)
     return sbx__make_error(err, EINVAL, SBX_E_INTERNAL, "format the id map");
   return userns_with_maps(umap, ul, gmap, gl, h, err);

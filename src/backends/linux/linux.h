@@ -31,18 +31,26 @@ bool sbx__subids_overlap(const char *text, uint32_t first, uint32_t count);
 /* Claims a free range: returns its slot's locked fd (held by the sandbox's PID 1 for its
  * life), its first id in *base. */
 int sbx__ids_claim(uint32_t *base, sbx_error_t *err);
+/* The id inside an idmapped folder that host root's files show as when the folder's top is not
+ * root's (the foreign owner's slot, ids.c): nobody/nogroup, what the kernel shows for an
+ * unmapped id anyway. No command may take it (the id guard, gen-seccomp.c). */
+#define SBX_FOREIGN_ID 65534u
 /* The uid_map (or gid_map) text of an idmapped mount's user namespace: on-disk owner -> base
  * (the sandbox's root), on-disk SBX_UID_BASE + j -> base + j for the other ids j inside (the
- * owner's slot, if it is one of those, swapped with SBX_UID_BASE). Returns its length. */
-int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base);
+ * owner's slot, if it is one of those, swapped with SBX_UID_BASE), except that on-disk 0 (host
+ * root) -> base + SBX_FOREIGN_ID when foreign and the owner is not 0 (then on-disk
+ * SBX_UID_BASE + SBX_FOREIGN_ID, or SBX_UID_BASE if it was swapped there, is not mapped). Only
+ * a sandbox whose commands run under the id guard may have foreign (spares do not: adopt.c).
+ * Returns its length. */
+int sbx__idmap_format(char *buf, size_t size, uint32_t owner, uint32_t base, bool foreign);
 /* A user namespace with those maps for uid and gid (returns its fd): for idmapped mounts. The
  * helper process that made it is dying; sbx__ids_idmap_reap collects it (once, later). */
 struct sbx_idmap_helper {
   pid_t pid;
   void *stack;
 };
-int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, struct sbx_idmap_helper *h,
-                          sbx_error_t *err);
+int sbx__ids_idmap_userns(uint32_t base, uid_t uid, gid_t gid, bool foreign,
+                          struct sbx_idmap_helper *h, sbx_error_t *err);
 /* A user namespace mapping inside.. to base.. for uid and gid (0: an image's layers, whose
  * owners are 0-based). */
 int sbx__ids_userns_map(uint32_t inside, uint32_t base, struct sbx_idmap_helper *h,
@@ -105,6 +113,7 @@ struct sbx_launch_spec {
   uint64_t cpu_millis;   /* 1000 = one CPU; 0 = none */
   int64_t pids;          /* 0 = none */
   bool net_host;         /* share the host network namespace */
+  bool map_host_root;    /* the foreign owner's slot in idmapped folders (ids.c) */
   bool net_egress;       /* sandbox.network egress: its resolver is the enforcer's (net.c) */
   uint64_t tmp_bytes;
   uint64_t home_bytes;
@@ -134,9 +143,11 @@ struct sbx_launch_spec {
     gid_t gid;
     int userns;
   } * owners;
-  /* launcher only: a writable tree is idmapped to an owner other than SBX_UID_BASE, so
-   * commands may not make setuid/setgid files or file capabilities (confine.c) */
-  bool guard_setid;
+  /* launcher only: a writable tree is idmapped to an owner other than SBX_UID_BASE, or maps
+   * host root's files (the foreign owner's slot, ids.c), so commands may not make
+   * setuid/setgid files or file capabilities (confine.c); guard_foreign: host root's files
+   * are mapped, so no command may take the id SBX_FOREIGN_ID either */
+  bool guard_setid, guard_foreign;
   /* launcher only: no mount_setattr (before 5.12), so the trees are made nosuid,nodev by a
    * remount once attached */
   bool nosuid_by_remount;
@@ -318,6 +329,8 @@ int sbx__net_setup_loopback(sbx_error_t *err);
 int sbx__confine(sbx_error_t *err);
 /* The setid guard of commands (see confine.c); 0 or -1. */
 int sbx__confine_setid_guard(void);
+/* The same plus the id guard, when host root's files are mapped (confine.c); 0 or -1. */
+int sbx__confine_foreign_guard(void);
 /* The sandbox's resource limits, every one of them the same whoever launches it (the CLI,
  * sbxd, a program linking libsbx): RLIMIT_NOFILE hard sbx__nofile_max() (commands get
  * SBX_NOFILE_CMD soft), no core dumps, an 8 MiB stack and locked-memory limit, Linux's

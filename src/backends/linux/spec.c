@@ -24,6 +24,7 @@ enum {
   L_CG_REQUIRED,
   L_CG_SLICE,
   L_USER_NAME,
+  L_MAP_HOST_ROOT,
 };
 
 void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
@@ -45,6 +46,7 @@ void sbx__launch_spec_encode(const struct sbx_launch_spec *s, sbx_buf_t *out)
     sbx__tlv_put_str(&w, L_LAYERS, s->layers);
   sbx__tlv_put_u64(&w, L_CG_MANAGER, (uint64_t) s->cgroup_manager);
   sbx__tlv_put_u64(&w, L_CG_REQUIRED, s->cgroup_required);
+  sbx__tlv_put_u64(&w, L_MAP_HOST_ROOT, s->map_host_root);
   if (s->cgroup_slice)
     sbx__tlv_put_str(&w, L_CG_SLICE, s->cgroup_slice);
   if (s->user_name)
@@ -76,14 +78,16 @@ int sbx__launch_spec_decode(const void *p, size_t len, struct sbx_launch_spec *s
     goto bad;
   s->net_host = v == 1;
   s->net_egress = v == 2;
-  uint64_t mgr, req;
+  uint64_t mgr, req, map_root;
   if (sbx__tlv_get_u64(p, len, L_CG_MANAGER, SBX_CGM_AUTO, &mgr) < 0 || mgr > SBX_CGM_NONE ||
       sbx__tlv_get_u64(p, len, L_CG_REQUIRED, 1, &req) < 0 ||
+      sbx__tlv_get_u64(p, len, L_MAP_HOST_ROOT, 1, &map_root) < 0 ||
       sbx__tlv_get_str(p, len, L_CG_SLICE, &s->cgroup_slice) < 0 ||
       sbx__tlv_get_str(p, len, L_USER_NAME, &s->user_name) < 0)
     goto bad;
   s->cgroup_manager = (int) mgr;
   s->cgroup_required = req != 0;
+  s->map_host_root = map_root != 0;
   sbx_tlv_reader_t r;
   sbx_tlv_t f;
   int ret;

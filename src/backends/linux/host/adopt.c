@@ -137,14 +137,16 @@ int sbx__linux_adopt(struct sbx_instance *in, const char *user_data, sbx_error_t
                              id, SBX_UID_BASE, SBX_UID_BASE, user_data, (unsigned) st.st_uid,
                              (unsigned) st.st_gid);
     /* the folder's on-disk ids (SBX_UID_BASE..) appear as the spare's own range, which its
-     * init's uid_map names (the metadata's record may predate ranges) */
+     * init's uid_map names (the metadata's record may predate ranges); host root's files stay
+     * unmapped (no foreign owner's slot, ids.c): the spare's commands run without the id
+     * guard that must go with it */
     uint32_t base = spare_uid_base(in->meta.pid);
     if (base == 0)
       return sbx__make_error(err, errno, SBX_E_BACKEND, "sandbox %s: read the spare's id map", id);
     if (base != SBX_UID_BASE) {
       struct sbx_idmap_helper helper = {0};
       cleanup_close int userns =
-          sbx__ids_idmap_userns(base, SBX_UID_BASE, SBX_UID_BASE, &helper, err);
+          sbx__ids_idmap_userns(base, SBX_UID_BASE, SBX_UID_BASE, false, &helper, err);
       if (userns < 0)
         return -1;
       int r = sbx__tree_idmap(tree, userns);

@@ -55,6 +55,7 @@ static void fill_spec(struct sbx_instance *in, const char *user_data, struct sbx
                       : strcmp(mgr, "systemd") == 0  ? SBX_CGM_SYSTEMD
                                                      : SBX_CGM_AUTO;
   s->cgroup_required = c->cgroup_required;
+  s->map_host_root = c->map_host_root;
   s->cgroup_slice = c->cgroup_slice;
   /* rootless: the launcher (static, without NSS) finds the user's /etc/subuid entry by it */
   struct passwd pwd, *pw = NULL;

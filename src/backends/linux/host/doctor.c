@@ -83,7 +83,7 @@ static void check_idmap(struct report *r)
   cleanup_close int tree = sbx__open_tree_nofollow(home, false);
   struct sbx_idmap_helper h = {0};
   cleanup_close int userns =
-      tree < 0 ? -1 : sbx__ids_idmap_userns(SBX_RANGE_FIRST, st.st_uid, st.st_gid, &h, NULL);
+      tree < 0 ? -1 : sbx__ids_idmap_userns(SBX_RANGE_FIRST, st.st_uid, st.st_gid, true, &h, NULL);
   int ok = userns >= 0 ? sbx__tree_idmap(tree, userns) : -1;
   int e = errno;
   sbx__ids_idmap_reap(&h);

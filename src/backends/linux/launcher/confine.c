@@ -128,6 +128,18 @@ int sbx__confine_setid_guard(void)
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -1 : 0;
 }
 
+/* When host root's files are mapped, as SBX_FOREIGN_ID, in a writable folder (ids.c): the
+ * setid guard and the id guard (gen-seccomp.c's third program: the setid guard's rules plus no
+ * set*id or chown to SBX_FOREIGN_ID), so no command acts as host root there. */
+int sbx__confine_foreign_guard(void)
+{
+  if (prctl(PR_CAPBSET_DROP, CAP_SETFCAP, 0, 0, 0) < 0)
+    return -1;
+  struct sock_fprog prog = {.len = (unsigned short) ARRAY_SIZE(sbx_seccomp_foreign_guard),
+                            .filter = (struct sock_filter *) sbx_seccomp_foreign_guard};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -1 : 0;
+}
+
 int sbx__confine(sbx_error_t *err)
 {
   if (drop_caps(err) < 0)

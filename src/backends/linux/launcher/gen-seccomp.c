@@ -161,6 +161,38 @@ static int guard_rules(scmp_filter_ctx ctx)
   return r;
 }
 
+/* The id guard, with the setid guard, when a writable folder maps host root's files (ids.c's
+ * foreign owner's slot): there the id SBX_FOREIGN_ID inside is host root on disk, so no command
+ * may take it as a uid or gid (a file it made would be host root's) nor give it to a file.
+ * Every set*id call with any argument 65534, and every chown with uid or gid 65534, is EPERM;
+ * -1 (no change) stays allowed. The kernel takes these arguments as 32-bit ids: only the low
+ * 32 bits of each register are compared, so high bits do not slip a 65534 past. (setgroups
+ * takes its list in memory, out of seccomp's sight: a supplementary group makes no file.) */
+static int id_guard_rules(scmp_filter_ctx ctx)
+{
+  static const struct {
+    const char *name;
+    unsigned nargs, first;
+  } ids[] = {
+      {"setuid", 1, 0},     {"setgid", 1, 0},     {"setfsuid", 1, 0},    {"setfsgid", 1, 0},
+      {"setreuid", 2, 0},   {"setregid", 2, 0},   {"setresuid", 3, 0},   {"setresgid", 3, 0},
+      {"chown", 2, 1},      {"lchown", 2, 1},     {"fchown", 2, 1},      {"fchownat", 2, 2},
+      {"setuid32", 1, 0},   {"setgid32", 1, 0},   {"setfsuid32", 1, 0},  {"setfsgid32", 1, 0},
+      {"setreuid32", 2, 0}, {"setregid32", 2, 0}, {"setresuid32", 3, 0}, {"setresgid32", 3, 0},
+      {"chown32", 2, 1},    {"lchown32", 2, 1},   {"fchown32", 2, 1}};
+  int r = 0;
+  for (size_t i = 0; r == 0 && i < ARRAY_LEN(ids); i++) {
+    int nr = seccomp_syscall_resolve_name(ids[i].name);
+    if (nr == __NR_SCMP_ERROR)
+      continue; /* not on this architecture */
+    for (unsigned a = 0; r == 0 && a < ids[i].nargs; a++) {
+      struct scmp_arg_cmp c = {ids[i].first + a, SCMP_CMP_MASKED_EQ, 0xffffffffu, 65534};
+      r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, c);
+    }
+  }
+  return r;
+}
+
 /* Writes ctx's BPF program to out as the C array name. */
 static int emit(scmp_filter_ctx ctx, const char *name, FILE *out)
 {
@@ -248,6 +280,19 @@ int main(int argc, char **argv)
     r = guard_rules(ctx);
   if (out && r == 0)
     r = emit(ctx, "sbx_seccomp_setid_guard", out);
+  if (ctx)
+    seccomp_release(ctx);
+  ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == NULL)
+    r = -ENOMEM;
+  if (r == 0)
+    r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  if (r == 0)
+    r = guard_rules(ctx);
+  if (r == 0)
+    r = id_guard_rules(ctx);
+  if (out && r == 0)
+    r = emit(ctx, "sbx_seccomp_foreign_guard", out);
   if (ctx)
     seccomp_release(ctx);
   if (out == NULL || fclose(out) != 0 || r < 0) {

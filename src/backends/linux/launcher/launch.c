@@ -174,7 +174,11 @@ static void child_main(struct sbx_launch_spec *s, int sync_w, int sync_r, int li
                                 .lease_fd = lease_fd,
                                 .idle_timeout_s = s->idle_timeout_s,
                                 .cmd_nofile = SBX_NOFILE_CMD,
-                                .cmd_confine = s->guard_setid ? sbx__confine_setid_guard : NULL};
+                                .cmd_confine = s->guard_foreign ? sbx__confine_foreign_guard
+                                               : s->guard_setid ? sbx__confine_setid_guard
+                                                                : NULL,
+                                .guard_ids = s->guard_setid || s->guard_foreign,
+                                .guard_nobody = s->guard_foreign};
   _exit(sbx__agent_serve(&opts));
 }
 
@@ -212,7 +216,8 @@ static void owners_make(struct sbx_launch_spec *s, struct sbx_idmap_helper *help
       if (s->owners[k].userns >= 0 && s->owners[k].uid == o->uid && s->owners[k].gid == o->gid)
         o->userns = fcntl(s->owners[k].userns, F_DUPFD_CLOEXEC, 3);
     if (o->userns < 0)
-      o->userns = sbx__ids_idmap_userns(s->uid_base, o->uid, o->gid, &helpers[made++], NULL);
+      o->userns = sbx__ids_idmap_userns(s->uid_base, o->uid, o->gid, s->map_host_root,
+                                        &helpers[made++], NULL);
   }
 }
 

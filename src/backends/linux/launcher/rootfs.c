@@ -275,7 +275,7 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
   for (int attempt = 0; attempt < 2; attempt++) {
     bool idmap = attempt == 0 && s->owners != NULL;
     bool retry = false;
-    s->guard_setid = false;
+    s->guard_setid = s->guard_foreign = false;
     for (size_t i = 0; i <= s->n_mounts && !retry; i++) {
       const char *host = i == 0 ? s->user_data : s->mounts[i - 1].host;
       bool ro = i > 0 && s->mounts[i - 1].read_only;
@@ -301,9 +301,12 @@ static int prepare_trees(struct sbx_launch_spec *s, int *trees, sbx_error_t *err
         if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS && errno != EPERM)
           return sbx__make_error(err, errno, SBX_E_INTERNAL, "idmap `%s`", host);
         retry = !ro; /* a read-only mount keeps the ids it has, nothing is written there */
-      } else if (o && o->userns >= 0 && !ro &&
-                 (st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE)) {
-        s->guard_setid = true;
+      } else if (o && o->userns >= 0 && !ro) {
+        /* host root's files are mapped (the foreign owner's slot) unless root owns the top */
+        if (s->map_host_root && (st.st_uid != 0 || st.st_gid != 0))
+          s->guard_foreign = true;
+        if (s->guard_foreign || st.st_uid != SBX_UID_BASE || st.st_gid != SBX_UID_BASE)
+          s->guard_setid = true;
       }
       struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
       if (ro && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
