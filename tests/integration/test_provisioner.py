@@ -385,7 +385,7 @@ def test_state_root_from_threads_host_path(tmp_path, state):
             "Extra mount host path is outside DeerFlow state: %s (it must be below %s, the parent "
             "of THREADS_HOST_PATH; set DEER_FLOW_HOST_BASE_DIR for another state root)" % (tmp_path, state))
     finally:
-        s.stop()
+        s.stop(down=True)
     # a THREADS_HOST_PATH not ending in /threads gives no state root (as app.py)
     env["THREADS_HOST_PATH"] = str(tmp_path / "thread-folders")
     s = Server(tmp_path / "home2", env)
@@ -393,7 +393,7 @@ def test_state_root_from_threads_host_path(tmp_path, state):
         r = s.req("POST", "/api/sandboxes", deerflow_main_body(state, "d3"))
         assert r.status == 400 and "set DEER_FLOW_HOST_BASE_DIR" in r.json()["detail"], r.body
     finally:
-        s.stop()
+        s.stop(down=True)
 
 
 def test_extra_mount_through_a_planted_symlink(server, state, tmp_path):
@@ -674,7 +674,8 @@ def _sbxd_below(pid):
 
 def test_docs_quick_start(tmp_path):
     """docs/deerflow.md's quick start, its shell block run as written (in a folder whose ./build
-    is this build, with HOME in the test's folder; only the port is changed, to a free one), then
+    is this build, with HOME in the test's folder; only the port is changed, to a free one, and
+    the state folder, by SBX_HOME: root's default, /var/lib/sbx, is the host's own), then
     a create exactly as DeerFlow main's AioSandboxProvider sends it, its Lark CLI mounts
     included, with the key the block made."""
     qs = tmp_path / "qs"
@@ -690,6 +691,7 @@ def test_docs_quick_start(tmp_path):
            if k not in ("PROVISIONER_API_KEY", "DEER_FLOW_HOME", "DEER_FLOW_HOST_BASE_DIR",
                         "THREADS_HOST_PATH", "SBX_HOME")}
     env["HOME"] = str(tmp_path)
+    env["SBX_HOME"] = str(qs / ".sbx")
     s = Server(qs / ".sbx", env, argv=["sh", "-c", script], cwd=str(qs))
     sbxd = _sbxd_below(s.proc.pid)
     try:
@@ -713,8 +715,8 @@ def test_docs_quick_start(tmp_path):
         assert open(os.path.join(lark, "data", "token")).read() == "t"
         out = a.sh("ls -d /mnt/acp-workspace /mnt/skills/custom /mnt/integrations/lark-cli/config/locks")
         assert out["exit_code"] == 0, out
-        # the sandbox is in the home the block's sbxd uses (.sbx in its folder, as root)
-        assert os.path.isdir(str(qs / ".sbx" / "sandboxes"))
+        # the sandbox is in the home the block's sbxd uses
+        assert os.listdir(str(qs / ".sbx" / "sandboxes"))
     finally:
         if sbxd != s.proc.pid:
             os.kill(sbxd, signal.SIGTERM)
