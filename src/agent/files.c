@@ -14,6 +14,8 @@
 #include <fnmatch.h>
 #include <linux/openat2.h>
 #include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -53,6 +55,39 @@ static int file_error(sbx_error_t *err, int e, int dirfd, const char *base, cons
                            "map (it shows as %u:%u), so root inside may not change it",
                            what, path, (unsigned) st.st_uid, (unsigned) st.st_gid);
   return sbx__make_error(err, e, sbx__errno_kind(e), "%s %s", what, path);
+}
+
+/* Whether fd lies on an idmapped mount (a host folder: ids.c), from its mount's options in
+ * /proc/self/mountinfo; true when that cannot be told (the guard's side). */
+static bool on_idmapped_mount(int fd)
+{
+  struct statx stx;
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) < 0 || !(stx.stx_mask & STATX_MNT_ID))
+    return true;
+  cleanup_file FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (f == NULL)
+    return true;
+  char line[4096];
+  while (fgets(line, sizeof line, f)) {
+    char *end;
+    unsigned long long id = strtoull(line, &end, 10);
+    if (end == line || *end != ' ' || id != stx.stx_mnt_id)
+      continue;
+    /* "ID PARENT MAJ:MIN ROOT POINT OPTIONS ...": the sixth field, the mount's options */
+    char *opts = line;
+    for (int i = 0; i < 5 && opts; i++)
+      opts = strchr(opts + 1, ' ');
+    if (opts == NULL)
+      return true;
+    size_t n = strcspn(++opts, " ");
+    opts[n] = '\0';
+    char *save = NULL;
+    for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
+      if (strcmp(o, "idmapped") == 0)
+        return true;
+    return false;
+  }
+  return true;
 }
 
 /* Search roots (search.c) are resolved like every other path: inside the sandbox's root, never
@@ -797,16 +832,18 @@ int agent_chmod(struct agent_conn *c, const char *payload, size_t len)
     sbx__make_error(&err, 0, SBX_E_INVALID, "unknown group %s", group);
     return agent_reply_error(c, &err);
   }
-  /* as the id guard does for commands (uid_t is 32 bits: compare what the kernel takes) */
-  if (guard_nobody && ((uint32_t) uid == NOBODY || (uint32_t) gid == NOBODY)) {
-    sbx__make_error(&err, 0, SBX_E_INVALID,
-                    "owner of %s: id %u is host root's in a sandbox with a writable host folder",
-                    path, NOBODY);
-    return agent_reply_error(c, &err);
-  }
   cleanup_close int fd = agent_open(path, O_PATH, 0, &err);
   if (fd < 0)
     return agent_reply_error(c, &err);
+  /* as the id guard does for commands (uid_t is 32 bits: compare what the kernel takes), but
+   * only on an idmapped folder: elsewhere (/tmp, the image's root) NOBODY is nobody's */
+  if (guard_nobody && ((uint32_t) uid == NOBODY || (uint32_t) gid == NOBODY) &&
+      on_idmapped_mount(fd)) {
+    sbx__make_error(&err, 0, SBX_E_INVALID,
+                    "owner of %s: id %u is host root's in this sandbox's host folders", path,
+                    NOBODY);
+    return agent_reply_error(c, &err);
+  }
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
   if (mode && chmod(proc, (mode_t) (mode & 07777)) < 0) {

@@ -186,3 +186,10 @@ def test_sbx_init_refuses_setid_and_nobody(sbxd, tmp_path):  # noqa: F811
         msg = r.error()[1]
         assert "setuid/setgid" in msg or "host root" in msg, (body, msg)
     assert sb.req("POST", "/files/permissions", {f: {"mode": 640, "owner": "root"}}).status == 200
+    # elsewhere (/tmp, not a host folder) 65534 is nobody's: OpenSandbox's own SDK test gives a
+    # file there to nobody:nogroup
+    assert sb.req("POST", "/command", {"command": "echo y > /tmp/g"}).status == 200
+    r = sb.req("POST", "/files/permissions", {"/tmp/g": {"owner": "nobody", "group": "nogroup"}})
+    assert r.status == 200, r.body
+    out, _ = sb.run("stat -c %u:%g /tmp/g")
+    assert out == ["65534:65534"], out
