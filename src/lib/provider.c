@@ -770,8 +770,10 @@ static int set_paused(struct sbx_meta *m, void *arg, sbx_error_t *err)
   in.ops = sbx__backend_find(m->backend);
   if (in.ops == NULL || in.ops->pause == NULL)
     return sbx__make_error(err, 0, SBX_E_UNSUPPORTED, "pause is not supported here");
-  cleanup_free char *dir = in.dir = sbx__state_dir(p->pool.home, m->id);
-  if (in.ops->pause(&in, paused, err) < 0)
+  in.dir = sbx__state_dir(p->pool.home, m->id);
+  int r = in.ops->pause(&in, paused, err);
+  free(in.dir);
+  if (r < 0)
     return -1;
   m->paused = paused;
   return 0;
